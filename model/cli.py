@@ -1,0 +1,57 @@
+"""`nmt` subcommands that need only the model package: translate, import-marian, corpus, train,
+eval. The console script (app/cli.py) adds `serve`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def translate_command(args) -> None:
+    from model.translator import Translator
+
+    translator = Translator(args.model, device=args.device, dtype=args.dtype)
+    lines = [line.rstrip("\n") for line in sys.stdin]
+    # empty lines stay empty lines, so output line i always answers input line i
+    texts = [line for line in lines if line.strip()]
+    results = iter(translator.translate(texts, beam_size=args.beam, n_best=args.n_best,
+                                        length_penalty=args.length_penalty, max_length=args.max_length,
+                                        batch_tokens=args.batch_tokens))
+    out = sys.stdout
+    for line in lines:
+        if not line.strip():
+            out.write("\n")
+            continue
+        hyps = next(results).hypotheses
+        if args.n_best == 1:
+            out.write(hyps[0].text + "\n")
+        else:
+            out.write("\t".join(f"{h.text}\t{h.score:.4f}" for h in hyps) + "\n")
+    out.flush()
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("translate", help="translate stdin, one sentence per line, to stdout")
+    p.add_argument("--model", required=True, help="checkpoint directory")
+    p.add_argument("--beam", type=int, default=4, help="beam size (1 = greedy)")
+    p.add_argument("--n-best", type=int, default=1, help="hypotheses per line, tab-separated with scores")
+    p.add_argument("--max-length", type=int, default=None, help="cap on new target tokens (EOS included)")
+    p.add_argument("--length-penalty", type=float, default=1.0, help="score = log-prob / length^alpha")
+    p.add_argument("--batch-tokens", type=int, default=4096, help="source tokens per batch (beams included)")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    p.set_defaults(func=translate_command)
+
+    # the other model-side commands live beside the code they drive
+    from model import corpus, evaluate, marian, train
+
+    for module in (marian, corpus, train, evaluate):
+        module.register(subparsers)
+
+
+def build_parser():
+    """The parser and its subparsers, so the console script can add `serve`."""
+    parser = argparse.ArgumentParser(prog="nmt", description="Transformer machine translation")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    register(subparsers)
+    return parser, subparsers

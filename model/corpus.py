@@ -1,0 +1,839 @@
+"""Build an English-German parallel corpus from human translations shipped in Debian.
+
+Sources (see /work/shared/corpus.md for how they were found):
+
+* ``gettext``  - .mo catalogs of large programs (UI strings, messages).
+* ``ddtp``     - Debian package descriptions and their German translations (DDTP).
+* ``lohelp``   - LibreOffice help pages, paragraphs aligned by their ``par_id``/``hd_id``.
+* ``mallard``  - GNOME Mallard help pages, blocks aligned when the block sequences match.
+* ``ding``     - Ding dictionary (trans-de-en) example sentences (``ding``) and
+  word/phrase entries (``ding_dict``, tagged separately so a trainer can down-weight them).
+
+Pipeline: ``apt-get download`` into ``cache/debs`` -> ``dpkg-deb -x`` into ``cache/extract``
+-> per-source extraction of (unit, en, de) -> ``clean_pair`` -> exact dedup on (en, de),
+then on en (first wins, sources in the order above, units sorted) -> split by whole unit
+-> write ``train/dev/test_sw/test_general`` and ``stats.{md,json}``.  Every step is
+deterministic; downloads and extractions are cached, so a re-run only re-parses.
+
+Cleaning decisions:
+
+* Text: Unicode NFC, all whitespace runs (incl. newlines/tabs) collapsed to one space.
+* Accelerators: ``~X`` (LibreOffice) and ``&X`` (Qt/KDE) are removed on each side;
+  ``&&`` becomes ``&``; ``&amp;``-style entities, `` & `` between spaces and ``a&b``
+  inside words with no letter after are left alone.  ``_X`` (GTK) is removed at word
+  start; a single mid-word ``_`` (``Ö_ffnen``) is removed only when that side holds
+  exactly one underscore and the token is not copied verbatim to the other side
+  (so ``file_name`` or ``en_US`` identifiers survive).
+* Markup: XML/HTML-like tags are stripped, then entities unescaped.  The multiset of tag
+  names must match on both sides - translated pseudo-tags such as ``<file>`` vs
+  ``<Datei>`` are argument names, not markup, and the pair is dropped.  Pairs with more
+  than 8 tags on a side count as heavy markup and are dropped.
+* Placeholders (``%s``, ``%-5.2f``, ``%(name)s``, ``%1$s``, ``%1``, ``{0}``, ``{name}``,
+  ``$VAR``, ``${VAR}``) are kept verbatim, and a pair survives only when both sides hold
+  the same multiset of placeholder strings: a training target must never invent or lose
+  one.  Reordered positional forms (``%2$s`` vs ``%s``) therefore count as a mismatch.
+* Filters: empty side, identical sides (casefolded), 1..120 words and <= 800 chars per
+  side, word-count ratio <= 2.5 when the longer side has > 3 words.
+* Dev/test: whole units (catalog, help page, package description) chosen by a seeded
+  hash of ``source:unit`` with per-source quotas proportional to each source's sentences;
+  only pairs with 3..60 English words not starting in lower case are kept there, the rest of
+  a held-out unit is discarded so no near-duplicate leaks into training.  Train pairs
+  whose normalised English (casefold, letters/digits only) occurs in dev/test are dropped.
+  ``test_general`` is ~1000 Ding example sentences (English >= 4 words, no "/" alternatives),
+  removed from train.  Catalogs with > 150 eligible pairs always stay in train.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import html
+import json
+import os
+import random
+import re
+import struct
+import subprocess
+import sys
+import time
+import unicodedata
+import xml.etree.ElementTree as ET
+from collections import Counter, OrderedDict
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Iterable, Iterator
+
+SEED = "nmt-corpus-v1"
+ALL_SOURCES = ["lohelp", "mallard", "ddtp", "gettext", "ding"]
+
+GETTEXT_PACKAGES = [
+    "libreoffice-l10n-de", "gcc-12-locales", "libc-l10n", "coreutils", "git", "vlc-l10n",
+    "gimp-data", "inkscape", "evolution-common", "gnucash-common", "digikam-data",
+    "lyx-common", "postgresql-15", "audacity-data", "claws-mail-i18n", "krita-l10n",
+    "plasma-workspace-data", "evince-common", "orca", "seahorse", "gedit-common",
+]
+MALLARD_PACKAGES = ["gnome-user-docs", "evince-common", "gedit-common", "orca", "seahorse"]
+LOHELP_PACKAGES = ["libreoffice-help-en-us", "libreoffice-help-de"]
+DING_PACKAGES = ["trans-de-en"]
+
+LICENCES = {
+    "gettext": "per package, mostly GPL/LGPL/MPL (see each package's debian/copyright)",
+    "ddtp": "Debian package metadata (DDTP translations, same terms as the descriptions)",
+    "lohelp": "MPL-2.0 (LibreOffice help)",
+    "mallard": "CC-BY-SA 3.0 (GNOME documentation)",
+    "ding": "GPL-2+ (Ding dictionary, trans-de-en)",
+    "ding_dict": "GPL-2+ (Ding dictionary, trans-de-en)",
+}
+
+MAX_WORDS = 120
+MAX_CHARS = 800
+MAX_RATIO = 2.5
+MAX_TAGS = 8
+DEV_SIZE = 1500
+TEST_SW_SIZE = 2000
+TEST_GENERAL_SIZE = 1000
+HELDOUT_MIN_WORDS, HELDOUT_MAX_WORDS = 3, 60
+HELDOUT_MAX_UNIT = 150  # larger units (big catalogs) always stay in train
+
+
+# --------------------------------------------------------------------------- progress
+
+
+class Progress:
+    """Tiny stderr progress line with ``\\r`` updates (no tqdm dependency)."""
+
+    def __init__(self, label: str, total: int | None = None) -> None:
+        self.label, self.total, self.n = label, total, 0
+        self.t0 = self.last = time.time()
+
+    def update(self, k: int = 1) -> None:
+        self.n += k
+        now = time.time()
+        if now - self.last > 0.2:  # throttle: terminal writes are not free
+            self.last = now
+            self._draw()
+
+    def _draw(self, end: str = "") -> None:
+        tot = f"/{self.total}" if self.total else ""
+        sys.stderr.write(f"\r{self.label}: {self.n}{tot} ({time.time() - self.t0:.1f}s){end}")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        self._draw("\n")
+
+
+def progress(items: Iterable, label: str, total: int | None = None) -> Iterator:
+    """Yield from ``items`` while drawing a progress line."""
+    if total is None and hasattr(items, "__len__"):
+        total = len(items)  # type: ignore[arg-type]
+    bar = Progress(label, total)
+    for it in items:
+        yield it
+        bar.update()
+    bar.close()
+
+
+# --------------------------------------------------------------------------- cleaning
+
+WS_RE = re.compile(r"\s+")
+TAG_RE = re.compile(r"</?([A-Za-z][\w:.-]*)(?:\s[^<>]*)?/?>")
+PLACEHOLDER_RE = re.compile(
+    r"%[A-Z][A-Z0-9_]+%?"                                       # %OBJECT_NAME%, %NAME
+    r"|%L\d+"                                                   # Qt localized %L1
+    r"|%(?:\d+\$)?(?:\([\w.-]+\))?[-+#0]*(?:\d+|\*)?(?:\.(?:\d+|\*))?"
+    r"(?:hh|h|ll|l|L|q|j|z|t|I64|I32|I)?[A-Za-z]"               # printf, python %, gcc %qD
+    r"|%\d+|%[<>]"                                              # Qt %1; gcc %< %> quotes
+    r"|\{\w*(?::[^{}\s]*)?\}"                                   # {0} {name} {0:d}
+    r"|\$\{\w+\}|\$\(\w+\)|\$[A-Za-z_]\w*|\$\d+"              # $VAR ${VAR} $(ARG1) $1
+)
+AMP_ACCEL_RE = re.compile(r"&(?!#?\w+;)(?=\w)")
+TILDE_ACCEL_RE = re.compile(r"(?:(?<=^)|(?<=[\s\w(\"'„“]))~(?=\w)")
+UNDERSCORE_START_RE = re.compile(r"(?<![\w])_(?=[^\W_])")
+UNDERSCORE_MID_RE = re.compile(r"(?<=[^\W_])_(?=[^\W_])")
+BLOCK_TAGS = {"p", "para", "br", "div", "li", "ul", "ol", "dl", "dt", "dd", "tr", "td", "th",
+              "table", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "title", "item", "list"}
+SENT_END = (".", "!", "?")
+
+
+def normalize(text: str) -> str:
+    """Unicode NFC and whitespace collapse."""
+    return WS_RE.sub(" ", unicodedata.normalize("NFC", text)).strip()
+
+
+def placeholders(text: str) -> Counter:
+    """Multiset of placeholder strings in ``text`` (``%%`` is a literal, not one)."""
+    return Counter(PLACEHOLDER_RE.findall(text.replace("%%", "")))
+
+
+def tag_names(text: str) -> Counter:
+    """Multiset of lower-cased markup tag names."""
+    return Counter(m.lower() for m in TAG_RE.findall(text))
+
+
+def strip_markup(text: str) -> str:
+    """Drop tags (block-level ones become a space), then unescape HTML entities."""
+    def repl(m: re.Match) -> str:
+        return " " if m.group(1).lower() in BLOCK_TAGS else ""
+    return html.unescape(TAG_RE.sub(repl, text))
+
+
+def strip_amp_tilde(text: str) -> str:
+    """Remove ``&X`` / ``~X`` accelerators; ``&&`` is Qt's escaped literal ``&``."""
+    text = text.replace("&&", "\x00")
+    text = AMP_ACCEL_RE.sub("", text)
+    text = TILDE_ACCEL_RE.sub("", text)
+    return text.replace("\x00", "&")
+
+
+def strip_underscore(text: str, other: str) -> str:
+    """Remove GTK ``_X`` accelerators; keep identifiers (``file_name``) copied to the other side."""
+    if "_" not in text:
+        return text
+    text = UNDERSCORE_START_RE.sub("", text)  # "_File", "Size _7": always an accelerator
+    if text.count("_") == 1 and UNDERSCORE_MID_RE.search(text):
+        token = next(t for t in text.split(" ") if "_" in t)
+        if token not in other.split(" "):
+            text = UNDERSCORE_MID_RE.sub("", text)  # "Ö_ffnen", "H_eight"
+    return text
+
+
+def word_count(text: str) -> int:
+    return len(text.split())
+
+
+def is_sentence_like(en: str) -> bool:
+    """English 4..60 words ending in . ! ? and without placeholders."""
+    return 4 <= word_count(en) <= 60 and en.endswith(SENT_END) and not placeholders(en)
+
+
+def clean_pair(en: str, de: str) -> tuple[str | None, str | None, str]:
+    """Clean one pair; return ``(en, de, "ok")`` or ``(None, None, reason)``."""
+    if not en or not de or not en.strip() or not de.strip():
+        return None, None, "empty"
+    en, de = normalize(en), normalize(de)
+    if tag_names(en) != tag_names(de):
+        return None, None, "markup"
+    if sum(tag_names(en).values()) > MAX_TAGS:
+        return None, None, "markup"
+    # Accelerators before entity unescaping, so "&amp;File" never turns into an accelerator.
+    en, de = strip_amp_tilde(en), strip_amp_tilde(de)
+    en, de = strip_underscore(en, de), strip_underscore(de, en)
+    en, de = normalize(strip_markup(en)), normalize(strip_markup(de))
+    if not en or not de:
+        return None, None, "empty"
+    if placeholders(en) != placeholders(de):
+        return None, None, "placeholder"
+    ne, nd = word_count(en), word_count(de)
+    if not (1 <= ne <= MAX_WORDS and 1 <= nd <= MAX_WORDS) or max(len(en), len(de)) > MAX_CHARS:
+        return None, None, "length"
+    if max(ne, nd) > 3 and max(ne, nd) / min(ne, nd) > MAX_RATIO:
+        return None, None, "ratio"
+    if en.casefold() == de.casefold():
+        return None, None, "identical"
+    if ne >= 3 and en in de:
+        return None, None, "identical"  # untranslated English inside the German side
+    return en, de, "ok"
+
+
+SENT_SPLIT_RE = re.compile(r"(?<=[.!?])\s+(?=[A-ZÄÖÜ\"„“(])")
+ABBREV_RE = re.compile(r"\b(?:e\.g|i\.e|z\.B|d\.h|bzw|ca|etc|usw|vs|Nr|z\.\s?B|u\.a|Dr|Mr|Mrs|St)\.$")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Naive sentence split used only to refine paragraph pairs with matching counts."""
+    parts: list[str] = []
+    for piece in SENT_SPLIT_RE.split(text):
+        if parts and ABBREV_RE.search(parts[-1]):
+            parts[-1] += " " + piece  # the split point was an abbreviation
+        else:
+            parts.append(piece)
+    return parts
+
+
+def refine_paragraph(en: str, de: str) -> list[tuple[str, str]]:
+    """Split a paragraph pair into sentence pairs when both sides split into equally many."""
+    se, sd = split_sentences(normalize(en)), split_sentences(normalize(de))
+    if 1 < len(se) == len(sd):
+        return list(zip(se, sd))
+    return [(en, de)]
+
+
+def norm_key(text: str) -> str:
+    """Loose key for train/test overlap: casefold, letters and digits only."""
+    return "".join(ch for ch in text.casefold() if ch.isalnum())
+
+
+# --------------------------------------------------------------------------- packages
+
+
+def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, check=True, **kw)
+
+
+def fetch_packages(names: list[str], cache_dir: Path) -> dict[str, Path]:
+    """``apt-get download`` the packages not yet cached; return name -> extracted dir."""
+    debs = cache_dir / "debs"
+    debs.mkdir(parents=True, exist_ok=True)
+    missing = [n for n in names if not glob.glob(str(debs / f"{n}_*.deb"))]
+    if missing:
+        print(f"downloading {len(missing)} packages: {' '.join(missing)}", file=sys.stderr)
+        run(["apt-get", "download", *missing], cwd=debs, stdout=subprocess.DEVNULL)
+    out = {}
+    for name in progress(names, "extracting .debs"):
+        deb = sorted(glob.glob(str(debs / f"{name}_*.deb")))[-1]
+        dest = cache_dir / "extract" / Path(deb).stem
+        if not (dest / ".done").exists():
+            dest.mkdir(parents=True, exist_ok=True)
+            run(["dpkg-deb", "-x", deb, str(dest)])
+            (dest / ".done").touch()
+        out[name] = dest
+    return out
+
+
+# --------------------------------------------------------------------------- gettext
+
+
+def read_mo(path: Path) -> list[tuple[str, str]]:
+    """Parse a .mo file by hand: singular and plural msgid/msgstr pairs, msgctxt dropped."""
+    data = path.read_bytes()
+    magic = struct.unpack("<I", data[:4])[0]
+    endian = "<" if magic == 0x950412DE else ">"
+    _, n, off_orig, off_trans = struct.unpack(endian + "4I", data[4:20])
+    pairs = []
+    for i in range(n):
+        ol, oo = struct.unpack(endian + "2I", data[off_orig + 8 * i: off_orig + 8 * i + 8])
+        tl, to = struct.unpack(endian + "2I", data[off_trans + 8 * i: off_trans + 8 * i + 8])
+        msgid = data[oo: oo + ol].decode("utf-8", "replace")
+        msgstr = data[to: to + tl].decode("utf-8", "replace")
+        if not msgid:
+            continue  # header entry
+        msgid = msgid.split("\x04", 1)[-1]  # strip msgctxt
+        ids, strs = msgid.split("\x00"), msgstr.split("\x00")
+        # German has 2 plural forms: msgid<->msgstr[0], msgid_plural<->msgstr[1]
+        for k, src in enumerate(ids[:2]):
+            if k < len(strs):
+                pairs.append((src, strs[k]))
+    return pairs
+
+
+CREDIT_IDS = {"translator-credits", "Your names", "Your emails", "NAME OF TRANSLATORS",
+              "EMAIL OF TRANSLATORS", "translator_credits", "translator-credit"}
+
+
+def extract_gettext(pkgs: dict[str, Path]) -> Iterator[tuple[str, str, str]]:
+    """Yield (unit, en, de) from every German .mo catalog in the gettext packages."""
+    files = []
+    for name in GETTEXT_PACKAGES:
+        root = pkgs[name]
+        for mo in sorted(root.rglob("*.mo")):
+            if mo.parent.name == "LC_MESSAGES" and mo.parent.parent.name == "de":
+                files.append((name, mo))
+    for name, mo in progress(files, "gettext catalogs"):
+        unit = f"{name}/{mo.stem}"
+        for en, de in read_mo(mo):
+            if en.strip() in CREDIT_IDS:
+                continue
+            yield unit, en, de
+
+
+# --------------------------------------------------------------------------- ddtp
+
+
+def ensure_ddtp_lists(cache_dir: Path) -> Path:
+    """Private ``apt-get update`` fetching Translation-en/de, leaving the system lists alone."""
+    lists = cache_dir / "apt-lists"
+    if not glob.glob(str(lists / "*_main_i18n_Translation-de*")):
+        (lists / "partial").mkdir(parents=True, exist_ok=True)
+        run(["apt-get", "update", "-o", f"Dir::State::Lists={lists}",
+             "-o", "Acquire::Languages=en,de"], stdout=subprocess.DEVNULL)
+    return lists
+
+
+def read_translation_file(path: Path, lang: str) -> dict[str, tuple[str, str]]:
+    """Parse a DDTP Translation file: md5 -> (package, description text)."""
+    text = subprocess.run(["/usr/lib/apt/apt-helper", "cat-file", str(path)], check=True,
+                          capture_output=True).stdout.decode("utf-8", "replace")
+    out: dict[str, tuple[str, str]] = {}
+    for block in text.split("\n\n"):
+        pkg = md5 = None
+        desc: list[str] = []
+        in_desc = False
+        for line in block.split("\n"):
+            if line.startswith("Package: "):
+                pkg, in_desc = line[9:].strip(), False
+            elif line.startswith("Description-md5: "):
+                md5, in_desc = line[17:].strip(), False
+            elif line.startswith(f"Description-{lang}: "):
+                desc, in_desc = [line.split(": ", 1)[1]], True
+            elif in_desc and line.startswith(" "):
+                desc.append(line)
+        if pkg and md5 and desc and md5 not in out:
+            out[md5] = (pkg, "\n".join(desc))
+    return out
+
+
+def ddtp_blocks(desc: str) -> list[str]:
+    """Split a description into synopsis, paragraphs (`` .`` lines) and bullet items."""
+    lines = desc.split("\n")
+    blocks, cur = [lines[0]], []
+    for line in lines[1:]:
+        s = line[1:] if line.startswith(" ") else line
+        if s.strip() == ".":
+            blocks.append(" ".join(cur))
+            cur = []
+        elif re.match(r"\s*[-*+o]\s", s) and cur:
+            blocks.append(" ".join(cur))  # a bullet item starts a new block
+            cur = [s]
+        else:
+            cur.append(s)
+    blocks.append(" ".join(cur))
+    # drop the bullet glyph itself: it is layout, not text
+    return [re.sub(r"^\s*[-*+o]\s+", "", b).strip() for b in blocks if b.strip()]
+
+
+def extract_ddtp(cache_dir: Path) -> Iterator[tuple[str, str, str]]:
+    """Yield (unit, en, de) from DDTP descriptions paired by Description-md5."""
+    lists = ensure_ddtp_lists(cache_dir)
+    de_file = sorted(glob.glob(str(lists / "*bookworm_main_i18n_Translation-de*")))[0]
+    en_file = sorted(glob.glob(str(lists / "*bookworm_main_i18n_Translation-en*")))[0]
+    de = read_translation_file(Path(de_file), "de")
+    en = read_translation_file(Path(en_file), "en")
+    for md5 in progress(sorted(de), "ddtp descriptions"):
+        if md5 not in en:
+            continue
+        pkg, en_desc = en[md5]
+        be, bd = ddtp_blocks(en_desc), ddtp_blocks(de[md5][1])
+        if len(be) != len(bd):
+            be, bd = be[:1], bd[:1]  # paragraphs diverge: keep only the synopsis
+        for e, d in zip(be, bd):
+            for se, sd in refine_paragraph(e, d):
+                yield pkg, se, sd
+
+
+# --------------------------------------------------------------------------- lohelp
+
+
+class _HelpParser(HTMLParser):
+    """Collect text of ``<p>``/``<hN>`` elements whose id is ``par_id...``/``hd_id...``."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.blocks: dict[str, str] = {}
+        self.stack: list[tuple[str, str | None, bool]] = []  # (tag, block id, hidden)
+        self.cur_id: str | None = None
+        self.buf: list[str] = []
+        self.hidden_depth = 0
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag in ("br", "img", "meta", "link", "input", "hr"):
+            if tag == "br" and self.cur_id:
+                self.buf.append(" ")
+            return
+        hid = a.get("id") or ""
+        # switchinline: platform variants are hidden; keep only the "default" one
+        hidden = "hidden" in a and not hid.startswith("default")
+        block = None
+        if self.cur_id is None and tag in ("p", "h1", "h2", "h3", "h4", "h5", "h6") \
+                and re.match(r"(par|hd)_id", hid):
+            block, self.cur_id, self.buf = hid, hid, []
+        self.stack.append((tag, block, hidden))
+        if hidden:
+            self.hidden_depth += 1
+
+    def handle_endtag(self, tag):
+        while self.stack:
+            t, block, hidden = self.stack.pop()
+            if hidden:
+                self.hidden_depth -= 1
+            if block is not None:
+                self.blocks.setdefault(block, "".join(self.buf))
+                self.cur_id = None
+            if t == tag:
+                break
+
+    def handle_data(self, data):
+        if self.cur_id is not None and self.hidden_depth == 0:
+            self.buf.append(data)
+
+
+def help_blocks(path: Path) -> dict[str, str]:
+    p = _HelpParser()
+    p.feed(path.read_text("utf-8", "replace"))
+    return p.blocks
+
+
+def extract_lohelp(pkgs: dict[str, Path]) -> Iterator[tuple[str, str, str]]:
+    """Yield (unit, en, de) from LibreOffice help pages, aligned by paragraph id."""
+    en_root = pkgs["libreoffice-help-en-us"] / "usr/share/libreoffice/help/en-US"
+    de_root = pkgs["libreoffice-help-de"] / "usr/share/libreoffice/help/de"
+    pages = sorted(p.relative_to(en_root) for p in en_root.rglob("*.html"))
+    for rel in progress(pages, "lohelp pages"):
+        if not (de_root / rel).exists():
+            continue
+        be, bd = help_blocks(en_root / rel), help_blocks(de_root / rel)
+        for pid, en in be.items():
+            if pid in bd:
+                for se, sd in refine_paragraph(en, bd[pid]):
+                    yield str(rel), se, sd
+
+
+# --------------------------------------------------------------------------- mallard
+
+MAL = "{http://projectmallard.org/1.0/}"
+MAL_BLOCKS = {"title", "desc", "p"}
+MAL_SKIP = {"credit", "license", "revision", "code", "screen", "comment", "media", "include"}
+
+
+def mallard_text(el: ET.Element) -> str:
+    """Inner text of a block; ``<keyseq>`` keys are joined with "+" as Yelp renders them."""
+    kids = [k for k in el if isinstance(k.tag, str)]
+    if el.tag == MAL + "keyseq" and kids:
+        return "+".join(mallard_text(k).strip() for k in kids)
+    parts = [el.text or ""]
+    for child in el:
+        if isinstance(child.tag, str) and child.tag.replace(MAL, "") not in MAL_SKIP:
+            parts.append(mallard_text(child))
+        parts.append(child.tail or "")
+    return "".join(parts)
+
+
+def mallard_blocks(path: Path) -> list[tuple[str, str | None]]:
+    """Return (tag, text) for title/desc/p blocks in order; text None if unusable."""
+    try:
+        root = ET.parse(path).getroot()
+    except ET.ParseError:
+        return []
+    out: list[tuple[str, str | None]] = []
+
+    def walk(el: ET.Element) -> None:
+        name = el.tag.replace(MAL, "") if isinstance(el.tag, str) else ""
+        if name in MAL_SKIP or "}" in name:
+            return  # foreign namespaces (its:, mal:credit, xi:) and metadata
+        if name in MAL_BLOCKS:
+            # an empty <link xref/> renders the target's title: the text has a hole
+            holes = any(c.tag == MAL + "link" and not "".join(c.itertext()).strip()
+                        for c in el.iter())
+            out.append((name, None if holes else mallard_text(el)))
+            return
+        for child in el:
+            walk(child)
+
+    walk(root)
+    return out
+
+
+def extract_mallard(pkgs: dict[str, Path]) -> Iterator[tuple[str, str, str]]:
+    """Yield (unit, en, de) from Mallard pages whose block sequences match."""
+    pages = []
+    for name in MALLARD_PACKAGES:
+        base = pkgs[name] / "usr/share/help"
+        for c in sorted(base.glob("C/*/*.page")):
+            d = base / "de" / c.parent.name / c.name
+            if d.exists():
+                pages.append((c, d))
+    for c, d in progress(pages, "mallard pages"):
+        bc, bd = mallard_blocks(c), mallard_blocks(d)
+        if [t for t, _ in bc] != [t for t, _ in bd]:
+            continue
+        unit = f"{c.parent.name}/{c.stem}"
+        for (_, e), (_, g) in zip(bc, bd):
+            if e and g:
+                for se, sd in refine_paragraph(e, g):
+                    yield unit, se, sd
+
+
+# --------------------------------------------------------------------------- ding
+
+DING_ANNOT_RE = re.compile(r"\{[^{}]*\}|\[[^\[\]]*\]|\([^()]*\)")
+
+
+def ding_strip(text: str) -> str:
+    """Remove Ding annotations ({f}, [comp.], (informal)) and tidy spaces."""
+    prev = None
+    while prev != text:  # nested annotations
+        prev, text = text, DING_ANNOT_RE.sub("", text)
+    return normalize(text)
+
+
+def parse_ding_line(line: str) -> list[tuple[str, str]]:
+    """Return aligned (en, de) pairs from one ``German :: English`` line."""
+    if "::" not in line or line.startswith("#"):
+        return []
+    de_side, en_side = line.split("::", 1)
+    de_alts, en_alts = de_side.split(" | "), en_side.split(" | ")
+    if len(de_alts) != len(en_alts):
+        return []
+    pairs = []
+    for d, e in zip(de_alts, en_alts):
+        ds = [ding_strip(x) for x in d.split(";")]
+        es = [ding_strip(x) for x in e.split(";")]
+        if len(ds) == len(es):
+            pairs.extend(zip(es, ds))
+        else:
+            pairs.append((es[0], ds[0]))  # synonym lists differ: first is the headword
+    return [(e, d) for e, d in pairs if e and d]
+
+
+def extract_ding(pkgs: dict[str, Path]) -> Iterator[tuple[str, str, str, str]]:
+    """Yield (source, unit, en, de); example sentences are tagged ``ding``."""
+    path = pkgs["trans-de-en"] / "usr/share/trans/de-en"
+    lines = path.read_text("utf-8", "replace").splitlines()
+    for i, line in enumerate(progress(lines, "ding lines")):
+        for en, de in parse_ding_line(line):
+            sent = word_count(en) >= 4 and en.endswith(SENT_END)
+            yield ("ding" if sent else "ding_dict"), f"line{i}", en, de
+
+
+# --------------------------------------------------------------------------- splitting
+
+
+def unit_hash(name: str, seed: str = SEED) -> str:
+    return hashlib.sha256(f"{seed}:{name}".encode()).hexdigest()
+
+
+def heldout_ok(en: str) -> bool:
+    """Pairs allowed in dev/test: English of 3..60 words, not starting mid-sentence."""
+    return HELDOUT_MIN_WORDS <= word_count(en) <= HELDOUT_MAX_WORDS and not en[0].islower()
+
+
+def split_by_unit(pairs: list[dict], quotas: dict[str, tuple[int, int]],
+                  seed: str = SEED) -> tuple[list[dict], list[dict], list[dict]]:
+    """Split pairs ({source, unit, en, de}) into train/dev/test by whole unit.
+
+    ``quotas`` maps source -> (dev pairs, test pairs).  Units of a source are visited in
+    seeded-hash order; a unit goes to dev until the dev quota is met, then to test.  Only
+    heldout_ok pairs of a held-out unit are kept; units larger than HELDOUT_MAX_UNIT
+    stay in train.  Train pairs whose normalised English occurs in dev/test are dropped.
+    """
+    units: dict[tuple[str, str], list[dict]] = OrderedDict()
+    for p in pairs:
+        units.setdefault((p["source"], p["unit"]), []).append(p)
+    held: dict[tuple[str, str], str] = {}
+    for src, (q_dev, q_test) in quotas.items():
+        names = sorted((u for u in units if u[0] == src), key=lambda u: unit_hash(f"{u[0]}:{u[1]}", seed))
+        n_dev = n_test = 0
+        for u in names:
+            good = sum(heldout_ok(p["en"]) for p in units[u])
+            if good == 0 or good > HELDOUT_MAX_UNIT:
+                continue
+            if n_dev < q_dev:
+                held[u], n_dev = "dev", n_dev + good
+            elif n_test < q_test:
+                held[u], n_test = "test", n_test + good
+            else:
+                break
+    train, dev, test = [], [], []
+    for u, ps in units.items():
+        where = held.get(u)
+        if where is None:
+            train.extend(ps)
+        else:
+            (dev if where == "dev" else test).extend(p for p in ps if heldout_ok(p["en"]))
+    return dedup_against(train, dev + test), dev, test
+
+
+def dedup_against(train: list[dict], heldout: list[dict]) -> list[dict]:
+    """Drop train pairs whose normalised English occurs in any held-out pair."""
+    keys = {norm_key(p["en"]) for p in heldout}
+    return [p for p in train if norm_key(p["en"]) not in keys]
+
+
+def pick_general_test(pairs: list[dict], size: int, seed: str = SEED) -> list[dict]:
+    """Choose ``size`` Ding example sentences (English >= 4 words) by seeded hash."""
+    # "/" marks Ding's inline alternatives ("this / that"): not a clean reference
+    cands = [p for p in pairs if p["source"] == "ding" and word_count(p["en"]) >= 4
+             and "/" not in p["en"] + p["de"]]
+    cands.sort(key=lambda p: unit_hash(p["unit"] + p["en"], seed))
+    return cands[:size]
+
+
+# --------------------------------------------------------------------------- pipeline
+
+
+def dedup(pairs: list[dict]) -> tuple[list[dict], Counter, Counter]:
+    """Exact dedup on (en, de), then on en (first wins); return kept and drop counts."""
+    seen_pair: set[tuple[str, str]] = set()
+    seen_en: set[str] = set()
+    kept, d_pair, d_en = [], Counter(), Counter()
+    for p in pairs:
+        key = (p["en"], p["de"])
+        if key in seen_pair:
+            d_pair[p["source"]] += 1
+            continue
+        seen_pair.add(key)
+        if p["en"] in seen_en:
+            d_en[p["source"]] += 1
+            continue
+        seen_en.add(p["en"])
+        kept.append(p)
+    return kept, d_pair, d_en
+
+
+def raw_pairs(sources: list[str], cache_dir: Path) -> Iterator[tuple[str, str, str, str]]:
+    """Yield (source, unit, en, de) for the requested sources, in a fixed order."""
+    names: list[str] = []
+    if "gettext" in sources:
+        names += GETTEXT_PACKAGES
+    if "lohelp" in sources:
+        names += LOHELP_PACKAGES
+    if "mallard" in sources:
+        names += MALLARD_PACKAGES
+    if "ding" in sources:
+        names += DING_PACKAGES
+    pkgs = fetch_packages(list(dict.fromkeys(names)), cache_dir) if names else {}
+    for src in ALL_SOURCES:
+        if src not in sources:
+            continue
+        if src == "gettext":
+            yield from (("gettext", u, e, d) for u, e, d in extract_gettext(pkgs))
+        elif src == "ddtp":
+            yield from (("ddtp", u, e, d) for u, e, d in extract_ddtp(cache_dir))
+        elif src == "lohelp":
+            yield from (("lohelp", u, e, d) for u, e, d in extract_lohelp(pkgs))
+        elif src == "mallard":
+            yield from (("mallard", u, e, d) for u, e, d in extract_mallard(pkgs))
+        elif src == "ding":
+            yield from extract_ding(pkgs)
+
+
+def write_split(out_dir: Path, name: str, pairs: list[dict], with_source: bool = False) -> None:
+    """Write ``name.en``/``name.de`` (and ``name.source``), one segment per line."""
+    def clean(s: str) -> str:
+        return s.replace("\t", " ").replace("\n", " ").replace("\r", " ")
+    with open(out_dir / f"{name}.en", "w", encoding="utf-8") as fe, \
+            open(out_dir / f"{name}.de", "w", encoding="utf-8") as fd:
+        for p in pairs:
+            fe.write(clean(p["en"]) + "\n")
+            fd.write(clean(p["de"]) + "\n")
+    if with_source:
+        with open(out_dir / f"{name}.source", "w", encoding="utf-8") as fs:
+            for p in pairs:
+                fs.write(p["source"] + "\n")
+
+
+FILTERS = ["empty", "markup", "placeholder", "length", "ratio", "identical"]
+
+
+def build(out_dir: Path, cache_dir: Path, sources: list[str] | None = None) -> dict:
+    """Download, extract, clean, dedup, split and write the corpus; return the stats."""
+    t0 = time.time()
+    out_dir, cache_dir = Path(out_dir), Path(cache_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sources = list(sources or ALL_SOURCES)
+    unknown = set(sources) - set(ALL_SOURCES)
+    if unknown:
+        raise ValueError(f"unknown sources: {sorted(unknown)}")
+
+    raw, dropped = Counter(), Counter()
+    cleaned: list[dict] = []
+    for src, unit, en, de in raw_pairs(sources, cache_dir):
+        raw[src] += 1
+        ce, cd, why = clean_pair(en, de)
+        if why != "ok":
+            dropped[(src, why)] += 1
+            continue
+        cleaned.append({"source": src, "unit": unit, "en": ce, "de": cd})
+    after_clean = Counter(p["source"] for p in cleaned)
+    # Ding example sentences go first so dedup on en keeps them for test_general.
+    order = {s: i for i, s in enumerate(["ding"] + ALL_SOURCES + ["ding_dict"])}
+    cleaned.sort(key=lambda p: order[p["source"]])  # stable: unit order kept within source
+    kept, d_pair, d_en = dedup(cleaned)
+
+    general = pick_general_test(kept, TEST_GENERAL_SIZE)
+    general_ids = {id(p) for p in general}
+    rest = [p for p in kept if id(p) not in general_ids]
+
+    sw = [s for s in ["gettext", "ddtp", "lohelp", "mallard"] if s in sources]
+    weights = {s: sum(1 for p in rest if p["source"] == s and heldout_ok(p["en"])
+                      and p["en"].endswith(SENT_END)) for s in sw}
+    total = sum(weights.values()) or 1
+    quotas = {s: (round(DEV_SIZE * w / total), round(TEST_SW_SIZE * w / total))
+              for s, w in weights.items()}
+    train, dev, test = split_by_unit(rest, quotas)
+    train = dedup_against(train, general)
+    random.Random(SEED).shuffle(train)  # sources interleaved for the trainer
+
+    write_split(out_dir, "train", train, with_source=True)
+    write_split(out_dir, "dev", dev)
+    write_split(out_dir, "test_sw", test)
+    write_split(out_dir, "test_general", general)
+
+    all_src = [s for s in ALL_SOURCES + ["ding_dict"] if raw[s]]
+    table = {}
+    for s in all_src:
+        row = {"raw": raw[s]}
+        for f in FILTERS:
+            row[f"drop_{f}"] = dropped[(s, f)]
+        row["clean"] = after_clean[s]
+        row["drop_dup_pair"] = d_pair[s]
+        row["drop_dup_en"] = d_en[s]
+        row["unique"] = row["clean"] - d_pair[s] - d_en[s]
+        row["train"] = sum(p["source"] == s for p in train)
+        row["train_sentence_like"] = sum(p["source"] == s and is_sentence_like(p["en"]) for p in train)
+        row["dev"] = sum(p["source"] == s for p in dev)
+        row["test_sw"] = sum(p["source"] == s for p in test)
+        row["test_general"] = sum(p["source"] == s for p in general)
+        table[s] = row
+    stats = {
+        "sources": table,
+        "splits": {"train": len(train), "dev": len(dev), "test_sw": len(test),
+                   "test_general": len(general)},
+        "train_sentence_like": sum(is_sentence_like(p["en"]) for p in train),
+        "quotas": quotas,
+        "seed": SEED,
+        "seconds": round(time.time() - t0, 1),
+    }
+    (out_dir / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+    (out_dir / "stats.md").write_text(stats_markdown(stats))
+    print(stats_markdown(stats))
+    return stats
+
+
+def stats_markdown(stats: dict) -> str:
+    """Render the per-source filter table, split sizes and licences as Markdown."""
+    cols = ["raw"] + [f"drop_{f}" for f in FILTERS] + ["clean", "drop_dup_pair", "drop_dup_en",
+            "unique", "train", "train_sentence_like", "dev", "test_sw", "test_general"]
+    lines = ["# en-de corpus statistics", "",
+             "Pairs per source before/after each filter (drops are applied in column order).", "",
+             "| source | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    tot = Counter()
+    for s, row in stats["sources"].items():
+        lines.append(f"| {s} | " + " | ".join(str(row[c]) for c in cols) + " |")
+        tot.update({c: row[c] for c in cols})
+    lines.append("| **total** | " + " | ".join(str(tot[c]) for c in cols) + " |")
+    lines += ["", "## Splits", "", "| split | pairs |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in stats["splits"].items()]
+    lines += ["", f"Sentence-like train pairs (English 4-60 words, ends in . ! ?, no placeholder): "
+              f"{stats['train_sentence_like']}", "",
+              "Domain: software UI strings and documentation (plus dictionary examples); "
+              "report quality with that caveat.", "", "## Licences", "",
+              "| source | licence |", "|---|---|"]
+    lines += [f"| {s} | {LICENCES[s]} |" for s in stats["sources"]]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _run_cli(args: argparse.Namespace) -> None:
+    srcs = [s.strip() for s in args.sources.split(",") if s.strip()] if args.sources else None
+    build(Path(args.out), Path(args.cache), srcs)
+
+
+def register(subparsers) -> None:
+    """Add the ``corpus`` subcommand to an argparse subparsers object."""
+    p = subparsers.add_parser("corpus", help="build the en-de training corpus from Debian packages")
+    p.add_argument("--out", default="data/corpus", help="output directory")
+    p.add_argument("--cache", default="data/cache", help="download/extraction cache")
+    p.add_argument("--sources", default=None,
+                   help=f"comma list of sources (default: all of {','.join(ALL_SOURCES)})")
+    p.set_defaults(func=_run_cli)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m model.corpus")
+    sub = parser.add_subparsers(dest="cmd")
+    register(sub)
+    ns = parser.parse_args(sys.argv[1:] if sys.argv[1:2] == ["corpus"] else ["corpus", *sys.argv[1:]])
+    ns.func(ns)

@@ -1,0 +1,371 @@
+"""Import a Hugging Face MarianMT directory (OPUS-MT and the like) as one of our checkpoints.
+
+    nmt import-marian path/to/opus-mt-en-de checkpoints/en-de
+
+What HF's MarianMTModel computes, and how it maps onto `model.transformer.Transformer`:
+
+* embeddings: token embedding * sqrt(d_model) (when `scale_embedding`) + a fixed sinusoidal
+  table with sines in the first half and cosines in the second, position 0 for the first
+  token on both sides (no offset) -- our `sinusoidal_positions` exactly;
+* post-norm layers (LayerNorm(x + sublayer(x)), eps 1e-5), no LayerNorm after the
+  embeddings and none at the end of either stack -- our `norm="post"`;
+* attention scaled by head_dim ** -0.5 after separate q/k/v projections -- our fused
+  `qkv_proj` (q, k, v stacked in that order) and `q_proj` + `kv_proj` (k, v);
+* logits = decoder output @ embedding^T (tied, unless `tie_word_embeddings` is false)
+  + `final_logits_bias` -- our `output_proj` with `output_bias=True`;
+* decoding starts from `decoder_start_token_id`, which is PAD in Marian models; the
+  generation config forbids PAD (`bad_words_ids`), which our search always does.
+
+Anything in a config or in the weights that would make HF compute something else (or that
+HF silently ignores although the config claims it) is refused, never guessed. Weights are
+read with safetensors only; a `pytorch_model.bin` is refused because loading it would mean
+unpickling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from model.checkpoint import DTYPES, save_checkpoint, stored_state
+from model.transformer import ModelConfig, Transformer, sinusoidal_positions
+
+# HF MarianConfig defaults (transformers 5.x) for keys a config.json may leave out.
+HF_DEFAULTS = {
+    "vocab_size": 58101, "decoder_vocab_size": None, "max_position_embeddings": 1024,
+    "encoder_layers": 12, "encoder_ffn_dim": 4096, "encoder_attention_heads": 16,
+    "decoder_layers": 12, "decoder_ffn_dim": 4096, "decoder_attention_heads": 16,
+    "activation_function": "gelu", "d_model": 1024, "dropout": 0.1, "attention_dropout": 0.0,
+    "activation_dropout": 0.0, "decoder_start_token_id": 58100, "scale_embedding": False,
+    "pad_token_id": 58100, "eos_token_id": 0, "share_encoder_decoder_embeddings": True,
+    "tie_word_embeddings": True,
+}
+
+# HF's ACT2FN names -> ours. "gelu" in HF is the exact (erf) GELU, as is F.gelu.
+ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}
+
+# Keys left over from the BART-derived Marian port. Current HF Marian ignores them and always
+# computes the plain post-norm model, so a config that sets any of them away from this value
+# describes a network that HF does not run; we refuse instead of picking one of the two.
+MUST_BE = {
+    "normalize_before": False,  # pre-norm layers
+    "add_final_layer_norm": False,  # LayerNorm at the end of each stack
+    "normalize_embedding": False,  # LayerNorm after the embeddings
+    "layernorm_embedding": False,
+    "static_position_embeddings": True,  # learned positions otherwise
+    "add_bias_logits": False,
+    "is_decoder": False,
+    "is_encoder_decoder": True,
+}
+
+
+class MarianImportError(ValueError):
+    pass
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise MarianImportError(f"{path}: not valid JSON ({e})") from e
+
+
+def marian_model_config(hf: dict) -> ModelConfig:
+    """HF MarianConfig (as the dict in config.json) -> our ModelConfig, or a clear refusal."""
+    problems = []
+    if hf.get("model_type") != "marian":
+        problems.append(f"model_type is {hf.get('model_type')!r}, not 'marian'")
+    archs = hf.get("architectures") or ["MarianMTModel"]
+    if "MarianMTModel" not in archs:
+        problems.append(f"architectures {archs} does not include MarianMTModel (the model with the output layer)")
+    for key, value in MUST_BE.items():
+        if key in hf and hf[key] is not None and bool(hf[key]) != value:
+            problems.append(f"{key}={hf[key]!r} is not supported (HF Marian computes the model as if {key}={value})")
+    c = {k: hf.get(k, d) for k, d in HF_DEFAULTS.items()}
+    if c["encoder_attention_heads"] != c["decoder_attention_heads"]:
+        problems.append(f"encoder_attention_heads={c['encoder_attention_heads']} and decoder_attention_heads="
+                        f"{c['decoder_attention_heads']} differ; our model has one head count")
+    if c["encoder_ffn_dim"] != c["decoder_ffn_dim"]:
+        problems.append(f"encoder_ffn_dim={c['encoder_ffn_dim']} and decoder_ffn_dim={c['decoder_ffn_dim']} differ; "
+                        "our model has one FFN size")
+    act = c["activation_function"]
+    if act not in ACTIVATIONS:
+        problems.append(f"activation_function={act!r} is not supported (supported: {sorted(ACTIVATIONS)})")
+    if c["d_model"] % 2:
+        problems.append(f"d_model={c['d_model']} is odd; the sinusoidal table needs an even width")
+    for key in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
+        if not isinstance(c[key], int) or isinstance(c[key], bool):
+            problems.append(f"{key}={c[key]!r} is not supported (one integer id expected)")
+    share = bool(c["share_encoder_decoder_embeddings"])
+    src_vocab = c["vocab_size"]
+    tgt_vocab = src_vocab if share else (c["decoder_vocab_size"] or src_vocab)
+    if problems:
+        raise MarianImportError("unsupported Marian config: " + "; ".join(problems))
+    try:
+        return ModelConfig(
+            src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab, d_model=c["d_model"],
+            n_heads=c["encoder_attention_heads"], d_ff=c["encoder_ffn_dim"],
+            encoder_layers=c["encoder_layers"], decoder_layers=c["decoder_layers"], norm="post",
+            activation=ACTIVATIONS[act], share_embeddings=share, tie_output=bool(c["tie_word_embeddings"]),
+            output_bias=True, scale_embedding=bool(c["scale_embedding"]), dropout=float(c["dropout"]),
+            attention_dropout=float(c["attention_dropout"]), activation_dropout=float(c["activation_dropout"]),
+            max_positions=c["max_position_embeddings"], pad_id=c["pad_token_id"],
+            # Marian has no BOS; decoding starts from PAD. bos_id only names a special id for
+            # detokenization, so it is set to the start id rather than to some real token.
+            bos_id=c["decoder_start_token_id"], eos_id=c["eos_token_id"], unk_id=0,  # unk_id: set from vocab
+            decoder_start_id=c["decoder_start_token_id"],
+        )
+    except ValueError as e:
+        raise MarianImportError(f"unsupported Marian config: {e}") from e
+
+
+def weight_plan(config: ModelConfig) -> dict[str, list[str]]:
+    """Our tensor name -> the HF tensor names concatenated (dim 0) to make it, for every tensor we
+    store. Embeddings are resolved separately (`_embedding_sources`), as HF stores tied ones once."""
+    plan: dict[str, list[str]] = {}
+
+    def linear(ours: str, hf: list[str]):
+        plan[f"{ours}.weight"] = [f"{h}.weight" for h in hf]
+        plan[f"{ours}.bias"] = [f"{h}.bias" for h in hf]
+
+    for i in range(config.encoder_layers):
+        o, h = f"encoder_layers.{i}", f"model.encoder.layers.{i}"
+        linear(f"{o}.self_attn.qkv_proj", [f"{h}.self_attn.{p}_proj" for p in "qkv"])
+        linear(f"{o}.self_attn.out_proj", [f"{h}.self_attn.out_proj"])
+        linear(f"{o}.ffn.w1", [f"{h}.fc1"])
+        linear(f"{o}.ffn.w2", [f"{h}.fc2"])
+        linear(f"{o}.sublayers.0.norm", [f"{h}.self_attn_layer_norm"])
+        linear(f"{o}.sublayers.1.norm", [f"{h}.final_layer_norm"])
+    for i in range(config.decoder_layers):
+        o, h = f"decoder_layers.{i}", f"model.decoder.layers.{i}"
+        linear(f"{o}.self_attn.qkv_proj", [f"{h}.self_attn.{p}_proj" for p in "qkv"])
+        linear(f"{o}.self_attn.out_proj", [f"{h}.self_attn.out_proj"])
+        linear(f"{o}.cross_attn.q_proj", [f"{h}.encoder_attn.q_proj"])
+        linear(f"{o}.cross_attn.kv_proj", [f"{h}.encoder_attn.{p}_proj" for p in "kv"])
+        linear(f"{o}.cross_attn.out_proj", [f"{h}.encoder_attn.out_proj"])
+        linear(f"{o}.ffn.w1", [f"{h}.fc1"])
+        linear(f"{o}.ffn.w2", [f"{h}.fc2"])
+        linear(f"{o}.sublayers.0.norm", [f"{h}.self_attn_layer_norm"])
+        linear(f"{o}.sublayers.1.norm", [f"{h}.encoder_attn_layer_norm"])
+        linear(f"{o}.sublayers.2.norm", [f"{h}.final_layer_norm"])
+    return plan
+
+
+SHARED = ["model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"]
+POSITIONS = ["model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight"]
+
+
+def _embedding_sources(config: ModelConfig) -> dict[str, list[str]]:
+    """Our embedding/output tensor -> HF names that may hold it (any present must be equal)."""
+    if config.share_embeddings:
+        src = tgt = SHARED
+    else:
+        src, tgt = ["model.encoder.embed_tokens.weight"], ["model.decoder.embed_tokens.weight"]
+    out = {"src_embed.weight": src, "tgt_embed.weight": tgt}
+    out["output_proj.weight"] = tgt + ["lm_head.weight"] if config.tie_output else ["lm_head.weight"]
+    return out
+
+
+def _load_weights(hf_dir: Path) -> dict[str, torch.Tensor]:
+    single, index = hf_dir / "model.safetensors", hf_dir / "model.safetensors.index.json"
+    if single.is_file():
+        files = [single]
+    elif index.is_file():
+        files = [hf_dir / f for f in sorted(set(_read_json(index).get("weight_map", {}).values()))]
+    else:
+        pickles = [p.name for p in (hf_dir / "pytorch_model.bin", hf_dir / "tf_model.h5", hf_dir / "flax_model.msgpack")
+                   if p.exists()]
+        if pickles:
+            raise MarianImportError(
+                f"{hf_dir} has {', '.join(pickles)} but no model.safetensors. This project never loads pickled "
+                "weights (unpickling can run arbitrary code). Convert the model to safetensors first, in an "
+                "environment you trust, e.g. `python -c \"from transformers import MarianMTModel; "
+                f"MarianMTModel.from_pretrained('{hf_dir}').save_pretrained('CONVERTED_DIR')\"` (and copy the "
+                "tokenizer files), or download the model's model.safetensors if the hub has one.")
+        raise MarianImportError(f"{hf_dir}: no model.safetensors")
+    weights: dict[str, torch.Tensor] = {}
+    for f in files:
+        try:
+            weights.update(load_file(str(f)))
+        except (SafetensorError, OSError) as e:
+            raise MarianImportError(f"{f}: unreadable ({e})") from e
+    return weights
+
+
+def convert_weights(config: ModelConfig, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """HF MarianMTModel tensors -> our stored tensors (float32), asserting every name and shape
+    and that no HF tensor is left unused."""
+    expected = {n: t.shape for n, t in stored_state(Transformer(config)).items()}
+    used: set[str] = set()
+    out: dict[str, torch.Tensor] = {}
+    problems: list[str] = []
+
+    for ours, parts in weight_plan(config).items():
+        missing = [p for p in parts if p not in weights]
+        if missing:
+            problems.append(f"missing {', '.join(missing)} (for {ours})")
+            continue
+        out[ours] = torch.cat([weights[p].float() for p in parts], dim=0) if len(parts) > 1 else weights[parts[0]].float()
+        used.update(parts)
+
+    for ours, candidates in _embedding_sources(config).items():
+        if ours not in expected:
+            used.update(c for c in candidates if c in weights)
+            continue
+        present = [c for c in candidates if c in weights]
+        if not present:
+            problems.append(f"missing {' or '.join(candidates)} (for {ours})")
+            continue
+        first = weights[present[0]].float()
+        for other in present[1:]:
+            if weights[other].shape != first.shape or not torch.equal(weights[other].float(), first):
+                problems.append(f"{present[0]} and {other} differ, but the config says they are one tied matrix")
+        out[ours] = first
+        used.update(present)
+    # tied copies our model does not store separately must still equal what it stores
+    for ours, candidates in _embedding_sources(config).items():
+        if ours in expected:
+            continue
+        stored = out.get("tgt_embed.weight" if "tgt_embed.weight" in out else "src_embed.weight")
+        for c in candidates:
+            if c in weights and stored is not None and (weights[c].shape != stored.shape
+                                                         or not torch.equal(weights[c].float(), stored)):
+                problems.append(f"{c} differs from the target embedding, but the config ties them")
+
+    if "output_proj.bias" in expected:
+        if "final_logits_bias" in weights:
+            out["output_proj.bias"] = weights["final_logits_bias"].float().reshape(-1)
+            used.add("final_logits_bias")
+        else:  # HF initialises a missing final_logits_bias to zeros
+            out["output_proj.bias"] = torch.zeros(config.tgt_vocab_size)
+
+    table = sinusoidal_positions(config.max_positions, config.d_model)
+    for name in POSITIONS:
+        if name in weights:
+            used.add(name)
+            w = weights[name].float()
+            if w.shape != table.shape or not torch.allclose(w, table, atol=1e-4):
+                problems.append(f"{name} is not the sinusoidal table HF Marian computes (learned or shifted "
+                                "positions are not supported)")
+
+    for name, shape in expected.items():
+        if name not in out:
+            if not any(name in p for p in problems):
+                problems.append(f"nothing maps to {name}")
+        elif tuple(out[name].shape) != tuple(shape):
+            problems.append(f"{name}: got shape {tuple(out[name].shape)} from the HF weights, "
+                            f"config.json implies {tuple(shape)}")
+    extra = sorted(set(weights) - used)
+    if extra:
+        problems.append(f"unexpected tensors (they would change the computation): {', '.join(extra[:8])}"
+                        + (f" and {len(extra) - 8} more" if len(extra) > 8 else ""))
+    if problems:
+        raise MarianImportError("HF weights do not match the Marian model config.json describes: "
+                                + "; ".join(problems[:12]) + (f" (and {len(problems) - 12} more)" if len(problems) > 12 else ""))
+    return out
+
+
+def _check_vocab(vocab: dict, size: int, name: str, config: ModelConfig) -> None:
+    if not isinstance(vocab, dict) or not all(isinstance(i, int) for i in vocab.values()):
+        raise MarianImportError(f"{name}: expected a JSON object piece -> integer id")
+    bad = [p for p, i in vocab.items() if not 0 <= i < size]
+    if bad:
+        raise MarianImportError(f"{name}: {len(bad)} ids outside the embedding's {size} rows (e.g. {bad[0]!r})")
+    for piece, cid, key in (("</s>", config.eos_id, "eos_token_id"), ("<pad>", config.pad_id, "pad_token_id")):
+        if piece in vocab and vocab[piece] != cid:
+            raise MarianImportError(f"{name}: {piece} has id {vocab[piece]} but config.json {key} is {cid}")
+    if "<unk>" not in vocab:
+        raise MarianImportError(f"{name}: no <unk> entry")
+
+
+def import_marian(hf_dir: str | Path, out_dir: str | Path, dtype: str = "float32") -> Path:
+    """Convert the HF MarianMT directory `hf_dir` into a checkpoint directory `out_dir`."""
+    hf, out = Path(hf_dir), Path(out_dir)
+    if not hf.is_dir():
+        raise MarianImportError(f"{hf}: not a directory")
+    if dtype not in DTYPES:
+        raise MarianImportError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    missing = [f for f in ("config.json", "source.spm", "target.spm", "vocab.json") if not (hf / f).is_file()]
+    if missing:
+        raise MarianImportError(f"{hf}: missing {', '.join(missing)}")
+    hf_config = _read_json(hf / "config.json")
+    tok_config = _read_json(hf / "tokenizer_config.json") if (hf / "tokenizer_config.json").is_file() else {}
+    config = marian_model_config(hf_config)
+
+    separate = bool(tok_config.get("separate_vocabs", (hf / "target_vocab.json").is_file()))
+    source_vocab = _read_json(hf / "vocab.json")
+    if separate:
+        if not (hf / "target_vocab.json").is_file():
+            raise MarianImportError(f"{hf}: tokenizer_config.json sets separate_vocabs but target_vocab.json is missing")
+        target_vocab = _read_json(hf / "target_vocab.json")
+    else:
+        target_vocab = source_vocab
+    _check_vocab(source_vocab, config.src_vocab_size, "vocab.json", config)
+    _check_vocab(target_vocab, config.tgt_vocab_size, "target_vocab.json" if separate else "vocab.json", config)
+    if source_vocab["<unk>"] != target_vocab["<unk>"]:
+        raise MarianImportError(f"<unk> has id {source_vocab['<unk>']} in the source vocabulary and "
+                                f"{target_vocab['<unk>']} in the target one; our models have one unk id")
+    config.unk_id = source_vocab["<unk>"]
+
+    state = convert_weights(config, _load_weights(hf))
+    model = Transformer(config)
+    expected = stored_state(model)
+    with torch.no_grad():
+        for name, tensor in expected.items():
+            tensor.copy_(state[name])
+
+    gen = _read_json(hf / "generation_config.json") if (hf / "generation_config.json").is_file() else {}
+    codes = sorted(p for p in target_vocab if p.startswith(">>") and p.endswith("<<"))
+    metadata = {
+        "source_lang": tok_config.get("source_lang"),
+        "target_lang": tok_config.get("target_lang"),
+        "imported_from": {
+            "format": "huggingface-marian", "path": str(hf.resolve()),
+            "transformers_version": hf_config.get("transformers_version"),
+            "separate_vocabs": separate,
+            # for reference only: our search has no forced EOS at the length cap and always forbids PAD
+            "generation_config": {k: gen[k] for k in ("num_beams", "max_length", "max_new_tokens", "length_penalty",
+                                                     "bad_words_ids", "forced_eos_token_id") if k in gen},
+        },
+    }
+    if codes:
+        metadata["imported_from"]["language_codes"] = codes[:1000]
+    save_checkpoint(out, model, hf / "source.spm", hf / "target.spm", metadata,
+                    source_vocab=source_vocab, target_vocab=target_vocab, dtype=dtype)
+    return out
+
+
+def _command(args: argparse.Namespace) -> None:
+    out = import_marian(args.hf_dir, args.out_dir, dtype=args.dtype)
+    c = ModelConfig.load(out / "config.json")
+    print(f"imported {args.hf_dir} -> {out}: d_model {c.d_model}, {c.n_heads} heads, ffn {c.d_ff}, "
+          f"{c.encoder_layers}+{c.decoder_layers} layers, {c.activation}, vocab {c.src_vocab_size}/{c.tgt_vocab_size}"
+          f"{' shared' if c.share_embeddings else ''}")
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "import-marian", help="convert a Hugging Face MarianMT directory (safetensors) into a checkpoint",
+        description="Convert a Hugging Face MarianMT model directory (config.json, model.safetensors, source.spm, "
+                    "target.spm, vocab.json [, target_vocab.json]) into this project's checkpoint format.")
+    p.add_argument("hf_dir", metavar="HF_DIR", help="the Hugging Face model directory")
+    p.add_argument("out_dir", metavar="OUT_DIR", help="checkpoint directory to write")
+    p.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="dtype of the stored weights")
+    p.set_defaults(func=_command)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m model.marian")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()

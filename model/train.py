@@ -1,0 +1,706 @@
+"""Training: SentencePiece, length-bucketed token batches, the paper's optimisation recipe
+(Vaswani et al., 2017, section 5) scaled to a small CPU, resumable checkpoints, and averaging.
+
+    python -m model.train train --data data/corpus --out data/runs/en-de --time-budget 100
+    python -m model.train train --out data/runs/en-de --resume
+    python -m model.train average --run data/runs/en-de --last 5 --out data/runs/en-de/final
+
+A run directory holds: spm.model (one joint vocabulary, used as source.spm and target.spm),
+config.json, args.json, log.jsonl, checkpoints/step_NNNNNNN/{state.safetensors,state.json}
+and, at the end, final/ (a checkpoint directory `Translator` loads).
+
+The training state is tensors in safetensors (weights, Adam moments, the torch RNG) plus JSON
+for the rest (step, epoch, batch position, counters). Pickles are never written or read.
+Data order is a pure function of (seed, epoch), so a resumed run only needs the position.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import sentencepiece as spm
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+
+from model.checkpoint import save_checkpoint, stored_state
+from model.search import beam_search
+from model.tokenizer import Tokenizer
+from model.transformer import ModelConfig, Transformer
+
+SPECIAL_IDS = dict(pad_id=0, unk_id=1, bos_id=2, eos_id=3)
+# Arguments a resumed run may change; everything else comes from the run's args.json.
+RUN_CONTROL_ARGS = ("time_budget", "max_steps", "threads", "save_minutes", "save_every", "log_every")
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ---- data ----------------------------------------------------------------------------------
+
+
+def read_lines(path: Path) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+@dataclass
+class Corpus:
+    en: list[str]
+    de: list[str]
+    description: dict = field(default_factory=dict)
+
+
+def load_training_corpus(data_dir: Path, dict_keep: int, seed: int) -> Corpus:
+    """All training pairs, with the `ding_dict` word/phrase entries subsampled to `dict_keep`.
+
+    Why: ~316k of the 525k pairs are 1-3 word dictionary entries. Kept whole they would be
+    60% of the updates and teach the model to emit short fragments; a 60k sample keeps their
+    vocabulary coverage at ~20% of the pairs (under 5% of the target tokens).
+    """
+    d = Path(data_dir)
+    en, de = read_lines(d / "train.en"), read_lines(d / "train.de")
+    sources = read_lines(d / "train.source") if (d / "train.source").exists() else ["all"] * len(en)
+    if not len(en) == len(de) == len(sources):
+        raise ValueError(f"{d}: train.en/train.de/train.source differ in length")
+    dict_rows = np.array([i for i, s in enumerate(sources) if s == "ding_dict"], dtype=np.int64)
+    keep = np.ones(len(en), dtype=bool)
+    if 0 <= dict_keep < len(dict_rows):
+        rng = np.random.default_rng(seed)
+        keep[dict_rows] = False
+        keep[rng.choice(dict_rows, size=dict_keep, replace=False)] = True
+    rows = np.flatnonzero(keep)
+    counts: dict[str, int] = {}
+    for i in rows:
+        counts[sources[i]] = counts.get(sources[i], 0) + 1
+    description = {"pairs": int(len(rows)), "pairs_by_source": dict(sorted(counts.items())),
+                   "ding_dict_available": int(len(dict_rows)), "ding_dict_kept": int(counts.get("ding_dict", 0))}
+    return Corpus([en[i] for i in rows], [de[i] for i in rows], description)
+
+
+def train_sentencepiece(corpus: Corpus, prefix: Path, vocab_size: int, sample_size: int, seed: int) -> Path:
+    """A joint unigram model over both sides (shared embeddings need one vocabulary).
+
+    Normalisation is `identity`: software strings use characters such as the ellipsis that
+    NFKC would rewrite, and the output must reproduce them. Byte fallback means no <unk>.
+    """
+    text = Path(f"{prefix}.train.txt")
+    with open(text, "w", encoding="utf-8") as f:
+        for line in corpus.en + corpus.de:
+            if line.strip():
+                f.write(line + "\n")
+    spm.SentencePieceTrainer.train(
+        input=str(text), model_prefix=str(prefix), model_type="unigram", vocab_size=vocab_size,
+        input_sentence_size=sample_size, shuffle_input_sentence=True, seed_sentencepiece_size=1_000_000,
+        character_coverage=0.9999, byte_fallback=True, normalization_rule_name="identity",
+        hard_vocab_limit=False, num_threads=max(1, torch.get_num_threads()), minloglevel=2,
+        **SPECIAL_IDS, pad_piece="<pad>", unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",
+    )
+    text.unlink()
+    return Path(f"{prefix}.model")
+
+
+@dataclass
+class EncodedCorpus:
+    src: list[np.ndarray]  # each: source ids + EOS
+    tgt: list[np.ndarray]  # each: target ids (no BOS/EOS)
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        """Source length (with EOS) and decoder length (target + EOS/BOS) of every pair."""
+        return (np.array([len(s) for s in self.src], dtype=np.int64),
+                np.array([len(t) + 1 for t in self.tgt], dtype=np.int64))
+
+
+def encode_corpus(sp: spm.SentencePieceProcessor, en: list[str], de: list[str], eos_id: int,
+                  max_len: int) -> EncodedCorpus:
+    """Encode pairs; drop pairs with an empty side or longer than max_len tokens."""
+    src_ids, tgt_ids = sp.encode(en), sp.encode(de)
+    src, tgt = [], []
+    for s, t in zip(src_ids, tgt_ids):
+        if 0 < len(s) < max_len and 0 < len(t) < max_len:
+            src.append(np.array(s + [eos_id], dtype=np.int64))
+            tgt.append(np.array(t, dtype=np.int64))
+    return EncodedCorpus(src, tgt)
+
+
+def make_batches(src_len: np.ndarray, tgt_len: np.ndarray, max_tokens: int, seed: int, epoch: int,
+                 sort_chunk: int) -> list[np.ndarray]:
+    """One epoch of token-based batches, a pure function of (seed, epoch).
+
+    Shuffle, sort each chunk of `sort_chunk` pairs by length (so a batch holds similar
+    lengths and little padding), pack greedily so that rows x longest side <= max_tokens,
+    then shuffle the batches (so length does not drift across the epoch).
+    """
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(len(src_len))
+    longest = np.maximum(src_len, tgt_len)
+    batches = []
+    for start in range(0, len(order), sort_chunk):
+        chunk = order[start : start + sort_chunk]
+        chunk = chunk[np.lexsort((src_len[chunk], tgt_len[chunk]))]  # by target, then source length
+        current, width = [], 0
+        for i in chunk:
+            w = max(width, int(longest[i]))
+            if current and w * (len(current) + 1) > max_tokens:
+                batches.append(np.array(current))
+                current, w = [], int(longest[i])
+            current.append(i)
+            width = w
+        if current:
+            batches.append(np.array(current))
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+@dataclass
+class Batch:
+    src: torch.Tensor  # (B, S) PAD-padded, EOS-terminated
+    tgt_in: torch.Tensor  # (B, T) decoder_start + target
+    tgt_out: torch.Tensor  # (B, T) target + EOS
+    n_src: int  # real source tokens
+    n_tgt: int  # real target tokens (the loss normaliser)
+
+
+def collate(data: EncodedCorpus, rows: np.ndarray, c: ModelConfig) -> Batch:
+    S = max(len(data.src[i]) for i in rows)
+    T = max(len(data.tgt[i]) for i in rows) + 1
+    src = torch.full((len(rows), S), c.pad_id, dtype=torch.long)
+    tgt_in = torch.full((len(rows), T), c.pad_id, dtype=torch.long)
+    tgt_out = torch.full((len(rows), T), c.pad_id, dtype=torch.long)
+    for r, i in enumerate(rows):
+        s, t = torch.from_numpy(data.src[i]), torch.from_numpy(data.tgt[i])
+        src[r, : len(s)] = s
+        tgt_in[r, 0] = c.decoder_start_id
+        tgt_in[r, 1 : len(t) + 1] = t
+        tgt_out[r, : len(t)] = t
+        tgt_out[r, len(t)] = c.eos_id
+    n_tgt = int((tgt_out != c.pad_id).sum())
+    return Batch(src, tgt_in, tgt_out, int((src != c.pad_id).sum()), n_tgt)
+
+
+class BatchStream:
+    """Endless stream of batches over epochs; its position is (epoch, index in epoch)."""
+
+    def __init__(self, data: EncodedCorpus, config: ModelConfig, max_tokens: int, seed: int, sort_chunk: int,
+                 epoch: int = 0, position: int = 0):
+        self.data, self.config = data, config
+        self.max_tokens, self.seed, self.sort_chunk = max_tokens, seed, sort_chunk
+        self.src_len, self.tgt_len = data.lengths()
+        self.epoch, self.position = epoch, position
+        self.batches = self.epoch_batches(epoch)
+
+    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        return make_batches(self.src_len, self.tgt_len, self.max_tokens, self.seed, epoch, self.sort_chunk)
+
+    def next(self) -> Batch:
+        if self.position >= len(self.batches):
+            self.epoch, self.position = self.epoch + 1, 0
+            self.batches = self.epoch_batches(self.epoch)
+        rows = self.batches[self.position]
+        self.position += 1
+        return collate(self.data, rows, self.config)
+
+
+# ---- model, loss, schedule -----------------------------------------------------------------
+
+
+def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float, pad_id: int) -> torch.Tensor:
+    """Section 5.4: cross-entropy against (1 - eps) * one-hot + eps * uniform, summed over
+    non-pad positions. logits: (B, T, V) -> scalar."""
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), target.reshape(-1),
+                           ignore_index=pad_id, label_smoothing=smoothing, reduction="sum")
+
+
+def inverse_sqrt_lr(step: int, peak: float, warmup: int) -> float:
+    """Section 5.3 written with its peak: linear warmup, then decay with 1/sqrt(step)."""
+    step = max(step, 1)
+    return peak * min(step / warmup, math.sqrt(warmup / step))
+
+
+def build_config(args, vocab_size: int) -> ModelConfig:
+    return ModelConfig(
+        src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, d_model=args.d_model, n_heads=args.heads,
+        d_ff=args.ff, encoder_layers=args.encoder_layers, decoder_layers=args.decoder_layers, norm=args.norm,
+        activation=args.activation, share_embeddings=True, tie_output=True, output_bias=False,
+        scale_embedding=True, dropout=args.dropout, attention_dropout=args.attention_dropout,
+        activation_dropout=args.activation_dropout, max_positions=args.max_positions,
+        decoder_start_id=SPECIAL_IDS["bos_id"], **SPECIAL_IDS)
+
+
+def make_optimizer(model: Transformer, args) -> torch.optim.Adam:
+    """Section 5.3: Adam with beta1 0.9, beta2 0.98, eps 1e-9; lr is set every step."""
+    return torch.optim.Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9, fused=True)
+
+
+# ---- training state ------------------------------------------------------------------------
+
+
+@dataclass
+class TrainState:
+    step: int = 0  # optimizer updates done
+    epoch: int = 0  # data position: epoch and next batch index within it
+    position: int = 0
+    src_tokens: int = 0
+    tgt_tokens: int = 0
+    elapsed: float = 0.0  # training wall seconds, summed over resumed sessions
+    last_dev: dict = field(default_factory=dict)
+
+
+def save_training_state(directory: Path, model: Transformer, optimizer: torch.optim.Adam, state: TrainState,
+                        rng_state: torch.Tensor) -> Path:
+    """Write checkpoints/step_N atomically: a temp folder renamed once complete."""
+    final = directory / f"step_{state.step:07d}"
+    tmp = directory / f".tmp_step_{state.step:07d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    tensors = {f"model.{n}": t.detach().contiguous() for n, t in stored_state(model).items()}
+    params = list(model.parameters())
+    for i, p in enumerate(params):
+        for key, value in optimizer.state.get(p, {}).items():
+            tensors[f"optim.{i}.{key}"] = torch.as_tensor(value).detach().clone().contiguous()
+    tensors["rng.torch"] = rng_state
+    save_file(tensors, str(tmp / "state.safetensors"))
+    groups = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.state_dict()["param_groups"]]
+    meta = {"train_state": asdict(state), "optimizer_param_groups": groups, "n_params": len(params)}
+    (tmp / "state.json").write_text(json.dumps(meta, indent=1) + "\n")
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    return final
+
+
+def load_training_state(path: Path, model: Transformer, optimizer: torch.optim.Adam) -> tuple[TrainState, torch.Tensor]:
+    """Restore weights and Adam state in place; returns the counters and the RNG state."""
+    tensors = load_file(str(path / "state.safetensors"))
+    meta = json.loads((path / "state.json").read_text())
+    with torch.no_grad():
+        for name, t in stored_state(model).items():
+            t.copy_(tensors[f"model.{name}"])
+    params = list(model.parameters())
+    if meta["n_params"] != len(params):
+        raise ValueError(f"{path}: {meta['n_params']} parameter tensors saved, model has {len(params)}")
+    opt_state: dict[int, dict] = {}
+    for key, t in tensors.items():
+        if key.startswith("optim."):
+            _, i, name = key.split(".", 2)
+            opt_state.setdefault(int(i), {})[name] = t
+    groups = [dict(g, params=list(range(len(params)))) for g in meta["optimizer_param_groups"]]
+    for g in groups:
+        g["betas"] = tuple(g["betas"])
+    optimizer.load_state_dict({"state": opt_state, "param_groups": groups})
+    return TrainState(**meta["train_state"]), tensors["rng.torch"]
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    ckpts = sorted((run_dir / "checkpoints").glob("step_*"))
+    return [c for c in ckpts if (c / "state.json").exists()]
+
+
+def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of the model weights (section 6.1: the last 5 checkpoints)."""
+    total: dict[str, torch.Tensor] = {}
+    for p in paths:
+        for k, t in load_file(str(p / "state.safetensors")).items():
+            if k.startswith("model."):
+                name = k[len("model."):]
+                total[name] = total.get(name, 0) + t.double()
+    return {k: (v / len(paths)).float() for k, v in total.items()}
+
+
+def load_weights(model: Transformer, weights: dict[str, torch.Tensor]) -> None:
+    with torch.no_grad():
+        for name, t in stored_state(model).items():
+            t.copy_(weights[name])
+
+
+# ---- evaluation during training ------------------------------------------------------------
+
+
+@torch.no_grad()
+def dev_loss(model: Transformer, data: EncodedCorpus, max_tokens: int) -> float:
+    """Per-token cross-entropy (no smoothing) on the dev set, in nats."""
+    c = model.config
+    was_training = model.training
+    model.eval()
+    src_len, tgt_len = data.lengths()
+    order = np.argsort(np.maximum(src_len, tgt_len), kind="stable")
+    total, tokens, start = 0.0, 0, 0
+    while start < len(order):
+        width, end = 0, start
+        while end < len(order) and max(width, max(src_len[order[end]], tgt_len[order[end]])) * (end - start + 1) <= max_tokens:
+            width = max(width, src_len[order[end]], tgt_len[order[end]])
+            end += 1
+        end = max(end, start + 1)
+        b = collate(data, order[start:end], c)
+        total += float(label_smoothed_loss(model(b.src, b.tgt_in), b.tgt_out, 0.0, c.pad_id))
+        tokens += b.n_tgt
+        start = end
+    model.train(was_training)
+    return total / max(tokens, 1)
+
+
+def greedy_translate(model: Transformer, tokenizer: Tokenizer, texts: list[str], batch_tokens: int = 4096) -> list[str]:
+    """Greedy decoding with the same search the Translator uses (beam 1), caps 1.5 S + 10."""
+    from model.translator import Translator
+
+    was_training = model.training
+    model.eval()
+    ids = [tokenizer.encode_source(t)[: model.config.max_positions] for t in texts]
+    out: list[str] = [""] * len(ids)
+    for rows in Translator.batches(ids, batch_tokens):
+        S = max(len(ids[i]) for i in rows)
+        src = torch.full((len(rows), S), model.config.pad_id, dtype=torch.long)
+        for r, i in enumerate(rows):
+            src[r, : len(ids[i])] = torch.tensor(ids[i])
+        caps = torch.tensor([min(256, math.ceil(1.5 * len(ids[i]) + 10)) for i in rows])
+        for i, hyps in zip(rows, beam_search(model, src, 1, 1, 1.0, caps)):
+            out[i] = tokenizer.decode_target(hyps[0].token_ids)
+    model.train(was_training)
+    return out
+
+
+def dev_bleu(model: Transformer, tokenizer: Tokenizer, en: list[str], de: list[str]) -> float:
+    import sacrebleu
+
+    return sacrebleu.corpus_bleu(greedy_translate(model, tokenizer, en), [de]).score
+
+
+# ---- the training loop ---------------------------------------------------------------------
+
+
+class Trainer:
+    def __init__(self, args, run_dir: Path):
+        self.args, self.run_dir = args, run_dir
+        self.ckpt_dir = run_dir / "checkpoints"
+        self.sp_path = run_dir / "spm.model"
+        self.sp = spm.SentencePieceProcessor(model_file=str(self.sp_path))
+        self.config = ModelConfig.load(run_dir / "config.json")
+        torch.manual_seed(args.seed)
+        self.model = Transformer(self.config)
+        self.optimizer = make_optimizer(self.model, args)
+        self.tokenizer = Tokenizer(self.sp_path, self.sp_path, self.config)
+        self.state = TrainState()
+
+    def load_data(self) -> None:
+        a, c = self.args, self.config
+        corpus = load_training_corpus(Path(a.data), a.dict_keep, a.seed)
+        t0 = time.time()
+        self.train_data = encode_corpus(self.sp, corpus.en, corpus.de, c.eos_id, a.max_len)
+        self.data_description = dict(corpus.description, pairs_after_length_filter=len(self.train_data),
+                                     max_len=a.max_len)
+        dev_en, dev_de = read_lines(Path(a.data) / "dev.en"), read_lines(Path(a.data) / "dev.de")
+        self.dev_data = encode_corpus(self.sp, dev_en, dev_de, c.eos_id, 10**9)
+        self.dev_en, self.dev_de = dev_en[: a.dev_bleu_size], dev_de[: a.dev_bleu_size]
+        n_tgt = int(sum(len(t) for t in self.train_data.tgt))
+        log(f"data: {len(self.train_data)} training pairs ({n_tgt} target tokens), {len(self.dev_data)} dev pairs; "
+            f"encoded in {time.time() - t0:.0f}s; {json.dumps(corpus.description['pairs_by_source'])}")
+
+    def resume(self) -> None:
+        ckpts = list_checkpoints(self.run_dir)
+        if not ckpts:
+            raise SystemExit(f"{self.run_dir}: --resume given but no checkpoint found")
+        self.state, rng = load_training_state(ckpts[-1], self.model, self.optimizer)
+        torch.set_rng_state(rng)
+        log(f"resumed from {ckpts[-1]} (step {self.state.step}, epoch {self.state.epoch}, "
+            f"batch {self.state.position}, {self.state.elapsed / 60:.1f} min trained)")
+
+    def write_log(self, record: dict) -> None:
+        with open(self.run_dir / "log.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def update(self, stream: BatchStream) -> tuple[float, int, int]:
+        """One optimizer step over `accum` batches. Returns (smoothed loss sum, src, tgt tokens)."""
+        a, c = self.args, self.config
+        batches = [stream.next() for _ in range(a.accum)]
+        n_tgt = sum(b.n_tgt for b in batches)
+        total = 0.0
+        for b in batches:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+                logits = self.model(b.src, b.tgt_in)  # (B, T, V)
+            loss = label_smoothed_loss(logits, b.tgt_out, a.label_smoothing, c.pad_id)
+            (loss / n_tgt).backward()  # gradient of the per-token mean over the whole update
+            total += float(loss)
+        if a.clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), a.clip_norm)
+        lr = inverse_sqrt_lr(self.state.step + 1, a.lr, a.warmup)
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return total, sum(b.n_src for b in batches), n_tgt
+
+    def evaluate(self) -> dict:
+        # forked RNG: evaluation must not change the training random stream
+        with torch.random.fork_rng(devices=[]):
+            t0 = time.time()
+            loss = dev_loss(self.model, self.dev_data, self.args.max_tokens)
+            bleu = dev_bleu(self.model, self.tokenizer, self.dev_en, self.dev_de) if self.args.dev_bleu_size else None
+        return {"dev_loss": round(loss, 4), "dev_ppl": round(math.exp(min(loss, 50)), 2),
+                "dev_bleu": None if bleu is None else round(bleu, 2), "eval_seconds": round(time.time() - t0, 1)}
+
+    def checkpoint(self, evaluate: bool = True) -> None:
+        s = self.state
+        rng = torch.get_rng_state()
+        if evaluate:
+            s.last_dev = dict(self.evaluate(), step=s.step)
+            self.write_log({"step": s.step, "elapsed": round(s.elapsed, 1), "tgt_tokens": s.tgt_tokens, **s.last_dev})
+            log(f"dev | step {s.step} | loss {s.last_dev['dev_loss']:.3f} | ppl {s.last_dev['dev_ppl']:.1f} | "
+                f"BLEU {s.last_dev['dev_bleu']} (greedy, {self.args.dev_bleu_size} sents) | {s.last_dev['eval_seconds']}s")
+        path = save_training_state(self.ckpt_dir, self.model, self.optimizer, s, rng)
+        for old in list_checkpoints(self.run_dir)[: -self.args.keep]:
+            shutil.rmtree(old)
+        log(f"saved {path}")
+
+    def run(self) -> None:
+        a, s = self.args, self.state
+        stream = BatchStream(self.train_data, self.config, a.max_tokens, a.seed, a.sort_chunk, s.epoch, s.position)
+        self.model.train()
+        budget = a.time_budget * 60 if a.time_budget else math.inf
+        start = time.time() - s.elapsed  # wall clock of step 0, counting earlier sessions
+        last_save = time.time()
+        window = {"loss": 0.0, "tgt": 0, "src": 0, "t": time.time(), "steps": 0}
+        log(f"training {self.model.num_parameters():,} parameters; bf16 autocast {'on' if a.bf16 else 'off'}; "
+            f"{torch.get_num_threads()} threads")
+        while True:
+            if a.max_steps and s.step >= a.max_steps:
+                reason = f"reached --max-steps {a.max_steps}"
+                break
+            if s.elapsed >= budget:
+                reason = f"reached --time-budget {a.time_budget} min"
+                break
+            loss, n_src, n_tgt = self.update(stream)
+            s.step, s.epoch, s.position = s.step + 1, stream.epoch, stream.position
+            s.src_tokens, s.tgt_tokens = s.src_tokens + n_src, s.tgt_tokens + n_tgt
+            s.elapsed = time.time() - start
+            for k, v in (("loss", loss), ("tgt", n_tgt), ("src", n_src), ("steps", 1)):
+                window[k] += v
+            if s.step % a.log_every == 0:
+                self.progress(window, budget)
+                window = {"loss": 0.0, "tgt": 0, "src": 0, "t": time.time(), "steps": 0}
+            due = (a.save_every and s.step % a.save_every == 0) or time.time() - last_save >= a.save_minutes * 60
+            if due:
+                self.checkpoint()
+                last_save = time.time()
+                start = time.time() - s.elapsed if a.exclude_eval_time else start
+        log(f"stopping: {reason}")
+        if not list_checkpoints(self.run_dir) or list_checkpoints(self.run_dir)[-1].name != f"step_{s.step:07d}":
+            self.checkpoint()
+        self.finish()
+
+    def progress(self, w: dict, budget: float) -> None:
+        a, s = self.args, self.state
+        dt = max(time.time() - w["t"], 1e-9)
+        tok_s = (w["src"] + w["tgt"]) / dt
+        loss = w["loss"] / max(w["tgt"], 1)
+        lr = self.optimizer.param_groups[0]["lr"]
+        eta = budget - s.elapsed
+        if a.max_steps:
+            eta = min(eta, (a.max_steps - s.step) * dt / w["steps"])
+        eta_txt = "?" if math.isinf(eta) else f"{int(eta // 60)}:{int(eta % 60):02d}"
+        log(f"step {s.step} | ep {s.epoch} | loss {loss:.3f} | lr {lr:.2e} | {tok_s:,.0f} tok/s "
+            f"({w['tgt'] / dt:,.0f} tgt) | {s.elapsed / 60:.1f} min | ETA {eta_txt}")
+        self.write_log({"step": s.step, "epoch": s.epoch, "loss": round(loss, 4), "lr": lr,
+                        "tokens_per_s": round(tok_s), "tgt_tokens_per_s": round(w["tgt"] / dt),
+                        "tgt_tokens": s.tgt_tokens, "elapsed": round(s.elapsed, 1)})
+
+    def finish(self) -> Path:
+        """Average the last K checkpoints; keep the average only if its dev loss is no worse."""
+        a, s = self.args, self.state
+        ckpts = list_checkpoints(self.run_dir)[-a.average_last:]
+        last = {n: t.detach().clone() for n, t in stored_state(self.model).items()}
+        last_loss = dev_loss(self.model, self.dev_data, a.max_tokens)
+        choice = {"dev_loss_last": round(last_loss, 4), "averaged_checkpoints": [c.name for c in ckpts]}
+        if len(ckpts) > 1:
+            load_weights(self.model, average_checkpoints(ckpts))
+            avg_loss = dev_loss(self.model, self.dev_data, a.max_tokens)
+            choice["dev_loss_average"] = round(avg_loss, 4)
+            if avg_loss > last_loss:
+                load_weights(self.model, last)
+        choice["shipped"] = "average" if choice.get("dev_loss_average", math.inf) <= last_loss else "last"
+        log(f"final weights: {json.dumps(choice)}")
+        return self.export(choice)
+
+    def export(self, choice: dict) -> Path:
+        a, s = self.args, self.state
+        dtype = a.final_dtype
+        if dtype == "auto":  # float32 unless it breaks the 60 MB budget of the shipped model
+            size = sum(t.numel() for t in stored_state(self.model).values()) * 4
+            dtype = "float32" if size < 58e6 else "float16"
+        final_dev = self.evaluate()
+        summary = {
+            "steps": s.step, "epochs": round(s.epoch + s.position / max(1, self._epoch_len()), 2),
+            "source_tokens": s.src_tokens, "target_tokens": s.tgt_tokens,
+            "wall_time_minutes": round(s.elapsed / 60, 1), "hardware": hardware(a.threads), "bf16_autocast": a.bf16,
+            "final_dev": final_dev, "weights": choice, "data": self.data_description,
+            "parameters": self.model.num_parameters(), "storage_dtype": dtype,
+            "recipe": {k: getattr(a, k) for k in ("lr", "warmup", "max_tokens", "accum", "label_smoothing",
+                                                  "clip_norm", "seed")},
+        }
+        metadata = {"source_lang": "en", "target_lang": "de", "training": summary}
+        out = Path(a.final_dir) if a.final_dir else self.run_dir / "final"
+        save_checkpoint(out, self.model, self.sp_path, self.sp_path, metadata, dtype=dtype)
+        self.write_log({"final": True, "step": s.step, "elapsed": round(s.elapsed, 1), **final_dev})
+        log(f"final checkpoint: {out} ({dtype}); dev {json.dumps(final_dev)}")
+        return out
+
+    def _epoch_len(self) -> int:
+        src_len, tgt_len = self.train_data.lengths()
+        return len(make_batches(src_len, tgt_len, self.args.max_tokens, self.args.seed, self.state.epoch,
+                                self.args.sort_chunk))
+
+
+def hardware(threads: int) -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, {threads} torch threads, torch {torch.__version__}"
+
+
+# ---- command line --------------------------------------------------------------------------
+
+
+def prepare_run(args) -> Path:
+    """Fresh run: subsampled corpus -> SentencePiece -> config.json + args.json."""
+    run_dir = Path(args.out)
+    if list_checkpoints(run_dir):
+        raise SystemExit(f"{run_dir} already has checkpoints; pass --resume or choose another --out")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "log.jsonl").unlink(missing_ok=True)
+    if args.spm:
+        shutil.copyfile(args.spm, run_dir / "spm.model")
+    else:
+        t0 = time.time()
+        corpus = load_training_corpus(Path(args.data), args.dict_keep, args.seed)
+        train_sentencepiece(corpus, run_dir / "spm", args.vocab_size, args.spm_sample, args.seed)
+        log(f"sentencepiece: {args.vocab_size} pieces in {time.time() - t0:.0f}s")
+    vocab = spm.SentencePieceProcessor(model_file=str(run_dir / "spm.model")).get_piece_size()
+    build_config(args, vocab).save(run_dir / "config.json")
+    (run_dir / "args.json").write_text(json.dumps(vars_of(args), indent=1) + "\n")
+    return run_dir
+
+
+def vars_of(args) -> dict:
+    return {k: v for k, v in vars(args).items() if k != "func"}
+
+
+def train_command(args) -> Path:
+    torch.set_num_threads(args.threads)  # deliberate: the machine has 2 cores and is shared
+    if args.resume:
+        run_dir = Path(args.out)
+        saved = json.loads((run_dir / "args.json").read_text())
+        overrides = {k: getattr(args, k) for k in RUN_CONTROL_ARGS}
+        args = argparse.Namespace(**{**saved, **overrides, "resume": True})
+    else:
+        run_dir = prepare_run(args)
+    trainer = Trainer(args, run_dir)
+    trainer.load_data()
+    if args.resume:
+        trainer.resume()
+    else:
+        trainer.write_log({"start": True, "parameters": trainer.model.num_parameters(),
+                           "config": json.loads((run_dir / "config.json").read_text())})
+    trainer.run()
+    return run_dir
+
+
+def average_command(args) -> Path:
+    """Average the last K checkpoints of a run into a checkpoint directory."""
+    run_dir = Path(args.run)
+    ckpts = list_checkpoints(run_dir)[-args.last:]
+    if not ckpts:
+        raise SystemExit(f"{run_dir}: no checkpoints")
+    config = ModelConfig.load(run_dir / "config.json")
+    model = Transformer(config)
+    load_weights(model, average_checkpoints(ckpts))
+    metadata = {"source_lang": "en", "target_lang": "de", "averaged_checkpoints": [c.name for c in ckpts]}
+    save_checkpoint(Path(args.out), model, run_dir / "spm.model", run_dir / "spm.model", metadata, dtype=args.dtype)
+    log(f"averaged {len(ckpts)} checkpoints into {args.out}")
+    return Path(args.out)
+
+
+def add_train_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("run")
+    g.add_argument("--data", default="data/corpus", help="corpus directory (train/dev .en/.de, train.source)")
+    g.add_argument("--out", required=True, help="run directory")
+    g.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
+    g.add_argument("--time-budget", type=float, default=0, help="minutes of training, then finish cleanly")
+    g.add_argument("--max-steps", type=int, default=0, help="optimizer steps, then finish cleanly")
+    g.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    g.add_argument("--seed", type=int, default=1)
+    g.add_argument("--bf16", action="store_true", help="bf16 autocast for forward/backward")
+    g = p.add_argument_group("data")
+    g.add_argument("--dict-keep", type=int, default=60000, help="ding_dict entries kept (-1: all)")
+    g.add_argument("--vocab-size", type=int, default=8000)
+    g.add_argument("--spm-sample", type=int, default=300000, help="sentences sampled to train SentencePiece")
+    g.add_argument("--spm", help="use this SentencePiece model instead of training one")
+    g.add_argument("--max-len", type=int, default=128, help="drop pairs with a side this long (tokens)")
+    g.add_argument("--max-tokens", type=int, default=2500, help="padded tokens (longest side) per batch")
+    g.add_argument("--accum", type=int, default=2, help="batches per optimizer step")
+    g.add_argument("--sort-chunk", type=int, default=20000, help="pairs sorted together when bucketing")
+    g = p.add_argument_group("model")
+    g.add_argument("--d-model", type=int, default=256)
+    g.add_argument("--heads", type=int, default=8)
+    g.add_argument("--ff", type=int, default=1024)
+    g.add_argument("--encoder-layers", type=int, default=6)
+    g.add_argument("--decoder-layers", type=int, default=2)
+    g.add_argument("--norm", default="pre", choices=["pre", "post"])
+    g.add_argument("--activation", default="relu", choices=["relu", "gelu", "swish"])
+    g.add_argument("--dropout", type=float, default=0.1)
+    g.add_argument("--attention-dropout", type=float, default=0.0)
+    g.add_argument("--activation-dropout", type=float, default=0.0)
+    g.add_argument("--max-positions", type=int, default=512)
+    g = p.add_argument_group("optimisation")
+    g.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (reached after warmup)")
+    g.add_argument("--warmup", type=int, default=800)
+    g.add_argument("--label-smoothing", type=float, default=0.1)
+    g.add_argument("--clip-norm", type=float, default=1.0)
+    g = p.add_argument_group("checkpoints and evaluation")
+    g.add_argument("--save-minutes", type=float, default=5.0, help="checkpoint (with dev eval) this often")
+    g.add_argument("--save-every", type=int, default=0, help="also checkpoint every N steps")
+    g.add_argument("--keep", type=int, default=5, help="checkpoints kept on disk")
+    g.add_argument("--average-last", type=int, default=5, help="checkpoints averaged into the final model")
+    g.add_argument("--exclude-eval-time", action="store_true", help="do not count dev evaluation in the budget")
+    g.add_argument("--dev-bleu-size", type=int, default=300, help="dev sentences decoded for BLEU (0: none)")
+    g.add_argument("--log-every", type=int, default=25)
+    g.add_argument("--final-dir", help="where the final checkpoint goes (default RUN/final)")
+    g.add_argument("--final-dtype", default="auto", choices=["auto", "float32", "float16"])
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("train", help="train an en-de Transformer (resumable)")
+    add_train_args(p)
+    p.set_defaults(func=train_command)
+    p = subparsers.add_parser("average", help="average the last K checkpoints of a run")
+    p.add_argument("--run", required=True)
+    p.add_argument("--last", type=int, default=5)
+    p.add_argument("--out", required=True)
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16"])
+    p.set_defaults(func=average_command)
+
+
+def main(argv: list[str] | None = None):
+    parser = argparse.ArgumentParser(prog="python -m model.train")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,361 @@
+"""The Transformer encoder-decoder of "Attention Is All You Need" (Vaswani et al., 2017).
+
+Section numbers refer to the paper. Shapes: B batch rows, S source length, T target length,
+H heads, D d_model, Dh = D / H, V vocabulary size.
+
+Incremental decoding (fairseq's idea): `decode_step` takes the newest token of every row
+plus a `DecoderCache` and returns that token's logits only. The cache is the whole
+interface between the model and a search: the search may `reorder` its rows (beam
+back-pointers) and `keep_sources` (drop finished sentences); it never reaches into layers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
+
+
+@dataclass
+class ModelConfig:
+    src_vocab_size: int
+    tgt_vocab_size: int
+    d_model: int = 512
+    n_heads: int = 8
+    d_ff: int = 2048
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    norm: str = "post"  # "post": LayerNorm(x + Sublayer(x)) as in the paper; "pre": x + Sublayer(LayerNorm(x))
+    activation: str = "relu"  # relu | gelu | swish
+    share_embeddings: bool = False  # one matrix for source and target tokens (needs one vocabulary)
+    tie_output: bool = True  # output projection = target embedding matrix (section 3.4)
+    output_bias: bool = False
+    scale_embedding: bool = True  # multiply embeddings by sqrt(d_model) (section 3.4)
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    max_positions: int = 1024
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+    unk_id: int = 3
+    decoder_start_id: int = 1  # first decoder input; Marian models use pad_id here
+
+    def __post_init__(self):
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if self.norm not in ("post", "pre"):
+            raise ValueError(f"norm must be 'post' or 'pre', got {self.norm!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError("share_embeddings needs src_vocab_size == tgt_vocab_size")
+
+    def save(self, path: Path) -> None:
+        Path(path).write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> "ModelConfig":
+        data = json.loads(Path(path).read_text())
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"{path}: unknown config fields {unknown}; known: {sorted(known)}")
+        return cls(**data)
+
+
+def sinusoidal_positions(n_positions: int, d_model: int) -> Tensor:
+    """Section 3.5: PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(...).
+
+    The sines fill the first half of the vector and the cosines the second (the layout of
+    Marian and tensor2tensor); it is the paper's encoding with its dimensions permuted.
+    """
+    half = d_model // 2
+    position = torch.arange(n_positions, dtype=torch.float64)[:, None]  # (P, 1)
+    freq = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float64) * 2 / d_model)
+    angles = position * freq  # (P, D/2)
+    pe = torch.zeros(n_positions, d_model, dtype=torch.float64)
+    pe[:, :half] = torch.sin(angles)
+    pe[:, half : 2 * half] = torch.cos(angles)
+    return pe.float()
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool, dropout: float):
+    """Scaled dot-product attention (section 3.2.1): softmax(Q K^T / sqrt(Dh)) V.
+
+    q: (B, H, Tq, Dh); k, v: (B, H, Tk, Dh); mask: bool, broadcastable to (B, H, Tq, Tk),
+    True where attending is allowed. Returns (B, H, Tq, Dh) and, if asked, the weights
+    (B, H, Tq, Tk). Without weights the fused kernel runs.
+    """
+    if not need_weights:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
+    scores = (q @ k.transpose(-2, -1)) * (q.size(-1) ** -0.5)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return F.dropout(weights, dropout) @ v, weights
+
+
+class MultiHeadAttention(nn.Module):
+    """Section 3.2.2. Self-attention projects Q, K and V with one fused matrix; encoder-decoder
+    attention projects Q from the decoder and K, V (fused) from the encoder output."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float, self_attention: bool):
+        super().__init__()
+        self.n_heads, self.d_head, self.dropout = n_heads, d_model // n_heads, dropout
+        if self_attention:
+            self.qkv_proj = nn.Linear(d_model, 3 * d_model)
+        else:
+            self.q_proj = nn.Linear(d_model, d_model)
+            self.kv_proj = nn.Linear(d_model, 2 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, Dh)
+
+    def merge_heads(self, x: Tensor) -> Tensor:
+        B, _, T, _ = x.shape
+        return x.transpose(1, 2).reshape(B, T, self.n_heads * self.d_head)  # (B, T, D)
+
+    def self_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # 3 x (B, T, D)
+        return self.split_heads(q), self.split_heads(k), self.split_heads(v)
+
+    def memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        k, v = self.kv_proj(memory).chunk(2, dim=-1)  # 2 x (B, S, D)
+        return self.split_heads(k), self.split_heads(v)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool = False):
+        p = self.dropout if self.training else 0.0
+        out, weights = attention(q, k, v, mask, need_weights, p)
+        return self.out_proj(self.merge_heads(out)), weights
+
+
+class PositionwiseFeedForward(nn.Module):
+    """Section 3.3: FFN(x) = act(x W1 + b1) W2 + b2."""
+
+    def __init__(self, d_model: int, d_ff: int, activation: str, dropout: float):
+        super().__init__()
+        self.w1, self.w2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.act, self.dropout = ACTIVATIONS[activation], dropout
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = F.dropout(self.act(self.w1(x)), self.dropout, self.training)
+        return self.w2(h)
+
+
+class SublayerConnection(nn.Module):
+    """Residual connection and LayerNorm around a sublayer (section 3.1, 5.4), post- or pre-norm."""
+
+    def __init__(self, d_model: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.norm, self.dropout, self.pre_norm = nn.LayerNorm(d_model), dropout, pre_norm
+
+    def forward(self, x: Tensor, sublayer) -> tuple[Tensor, object]:
+        """sublayer returns (output, extra); extra (attention weights, say) is passed through."""
+        out, extra = sublayer(self.norm(x) if self.pre_norm else x)
+        x = x + F.dropout(out, self.dropout, self.training)
+        return (x if self.pre_norm else self.norm(x)), extra
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        pre = c.norm == "pre"
+        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout, self_attention=True)
+        self.ffn = PositionwiseFeedForward(c.d_model, c.d_ff, c.activation, c.activation_dropout)
+        self.sublayers = nn.ModuleList(SublayerConnection(c.d_model, c.dropout, pre) for _ in range(2))
+
+    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
+        # x: (B, S, D); src_mask: (B, 1, 1, S)
+        def self_attention(h):
+            q, k, v = self.self_attn.self_qkv(h)
+            return self.self_attn.attend(q, k, v, src_mask)
+
+        x, _ = self.sublayers[0](x, self_attention)
+        x, _ = self.sublayers[1](x, lambda h: (self.ffn(h), None))
+        return x
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        pre = c.norm == "pre"
+        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout, self_attention=True)
+        self.cross_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout, self_attention=False)
+        self.ffn = PositionwiseFeedForward(c.d_model, c.d_ff, c.activation, c.activation_dropout)
+        self.sublayers = nn.ModuleList(SublayerConnection(c.d_model, c.dropout, pre) for _ in range(3))
+
+    def forward(self, x, self_attention, cross_attention):
+        """x: (B, T, D). The two attention callables hold the keys/values (full or cached)."""
+        x, _ = self.sublayers[0](x, self_attention)
+        x, cross_weights = self.sublayers[1](x, cross_attention)
+        x, _ = self.sublayers[2](x, lambda h: (self.ffn(h), None))
+        return x, cross_weights
+
+
+class DecoderCache:
+    """Keys and values a decoder step needs, for N decoder rows over N / group sources.
+
+    Rows are source-major: rows [i * group, (i + 1) * group) all read source i (the beams of
+    one sentence). Encoder-decoder keys/values are computed once per source and kept once per
+    source; the `group` rows of a source attend to them as `group` queries of one batch entry,
+    so beams never copy them. Self-attention keys/values live in buffers preallocated for
+    `capacity` positions and filled one position per step.
+    """
+
+    def __init__(self, self_kv: list[tuple[Tensor, Tensor]], cross_kv: list[tuple[Tensor, Tensor]],
+                 src_mask: Tensor, group: int):
+        self.self_kv = self_kv  # per layer: 2 x (N, H, capacity, Dh)
+        self.cross_kv = cross_kv  # per layer: 2 x (N / group, H, S, Dh)
+        self.src_mask = src_mask  # (N / group, 1, 1, S), True at real source tokens
+        self.group = group
+        self.length = 0  # positions filled so far
+
+    @property
+    def capacity(self) -> int:
+        return self.self_kv[0][0].size(2)
+
+    def reorder(self, rows: Tensor, sources: Tensor | None = None) -> None:
+        """Row r becomes old row rows[r] (beam back-pointers; a row stays within its source).
+
+        With `sources` (indices of the sources to keep), all other sources are dropped and the
+        batch shrinks; `rows` then lists only rows of kept sources, source-major.
+        """
+        t = self.length
+        if sources is None:
+            for k, v in self.self_kv:
+                k[:, :, :t] = k[:, :, :t].index_select(0, rows)
+                v[:, :, :t] = v[:, :, :t].index_select(0, rows)
+            return
+        self.self_kv = [(k.index_select(0, rows), v.index_select(0, rows)) for k, v in self.self_kv]
+        self.cross_kv = [(k.index_select(0, sources), v.index_select(0, sources)) for k, v in self.cross_kv]
+        self.src_mask = self.src_mask.index_select(0, sources)
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        c = self.config = config
+        self.src_embed = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=c.pad_id)
+        self.tgt_embed = self.src_embed if c.share_embeddings else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=c.pad_id)
+        self.register_buffer("positions", sinusoidal_positions(c.max_positions, c.d_model), persistent=False)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(c) for _ in range(c.encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.decoder_layers))
+        # pre-norm stacks end with a LayerNorm; post-norm layers already end with one
+        self.encoder_norm = nn.LayerNorm(c.d_model) if c.norm == "pre" else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(c.d_model) if c.norm == "pre" else nn.Identity()
+        self.output_proj = nn.Linear(c.d_model, c.tgt_vocab_size, bias=c.output_bias)
+        if c.tie_output:
+            self.output_proj.weight = self.tgt_embed.weight
+        self.embed_scale = math.sqrt(c.d_model) if c.scale_embedding else 1.0
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for name, p in self.named_parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+            elif name.endswith(".bias") or name == "output_proj.bias":
+                nn.init.zeros_(p)
+        for emb in {self.src_embed, self.tgt_embed}:
+            nn.init.normal_(emb.weight, std=self.config.d_model**-0.5)
+            with torch.no_grad():
+                emb.weight[self.config.pad_id].zero_()
+
+    def embed(self, table: nn.Embedding, ids: Tensor, start: int = 0) -> Tensor:
+        # ids: (B, T) -> (B, T, D); section 3.4 scaling plus section 3.5 positions
+        x = table(ids) * self.embed_scale + self.positions[start : start + ids.size(1)]
+        return F.dropout(x, self.config.dropout, self.training)
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """src: (B, S) token ids, PAD-padded. Returns memory (B, S, D) and src_mask (B, 1, 1, S)."""
+        if src.size(1) > self.config.max_positions:
+            raise ValueError(f"source has {src.size(1)} tokens; the model accepts at most {self.config.max_positions}")
+        src_mask = (src != self.config.pad_id)[:, None, None, :]
+        x = self.embed(self.src_embed, src)
+        for layer in self.encoder_layers:
+            x = layer(x, src_mask)
+        return self.encoder_norm(x), src_mask
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, need_weights: bool = False):
+        """Teacher-forced decoder over whole target prefixes. tgt_in: (B, T), starting with
+        decoder_start_id. Returns logits (B, T, V) and, if asked, encoder-decoder attention
+        (layers, B, H, T, S)."""
+        T = tgt_in.size(1)
+        causal = torch.ones(T, T, dtype=torch.bool, device=tgt_in.device).tril()  # (T, T)
+        x = self.embed(self.tgt_embed, tgt_in)
+        all_weights = []
+        for layer in self.decoder_layers:
+            def self_attention(h, attn=layer.self_attn):
+                q, k, v = attn.self_qkv(h)
+                return attn.attend(q, k, v, causal)
+
+            def cross_attention(h, attn=layer.cross_attn):
+                k, v = attn.memory_kv(memory)
+                return attn.attend(attn.split_heads(attn.q_proj(h)), k, v, src_mask, need_weights)
+
+            x, weights = layer(x, self_attention, cross_attention)
+            all_weights.append(weights)
+        logits = self.output_proj(self.decoder_norm(x))
+        return logits, (torch.stack(all_weights) if need_weights else None)
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Training entry: (B, S), (B, T) -> logits (B, T, V)."""
+        memory, src_mask = self.encode(src)
+        return self.decode(tgt_in, memory, src_mask)[0]
+
+    # ---- incremental decoding -------------------------------------------------------------
+
+    def start_cache(self, memory: Tensor, src_mask: Tensor, group: int, capacity: int) -> DecoderCache:
+        """Cache for `group` decoder rows per source, for up to `capacity` target positions."""
+        if capacity > self.config.max_positions:
+            raise ValueError(f"{capacity} target positions asked; the model accepts at most {self.config.max_positions}")
+        N, H, Dh = memory.size(0) * group, self.config.n_heads, self.config.d_model // self.config.n_heads
+        self_kv, cross_kv = [], []
+        for layer in self.decoder_layers:
+            buf = memory.new_empty(2, N, H, capacity, Dh)
+            self_kv.append((buf[0], buf[1]))
+            cross_kv.append(layer.cross_attn.memory_kv(memory))
+        return DecoderCache(self_kv, cross_kv, src_mask, group)
+
+    def decode_step(self, tokens: Tensor, cache: DecoderCache, need_weights: bool = False):
+        """tokens: (N,) the newest token of each row. Returns logits (N, V) for the next token
+        and, if asked, encoder-decoder attention (layers, N, H, S) of this step."""
+        t, g = cache.length, cache.group
+        if t >= cache.capacity:
+            raise ValueError(f"decoder cache is full ({cache.capacity} positions)")
+        x = self.embed(self.tgt_embed, tokens[:, None], start=t)  # (N, 1, D)
+        all_weights = []
+        for layer, (k_buf, v_buf), (mem_k, mem_v) in zip(self.decoder_layers, cache.self_kv, cache.cross_kv):
+            def self_attention(h, attn=layer.self_attn, k_buf=k_buf, v_buf=v_buf):
+                q, k, v = attn.self_qkv(h)  # (N, H, 1, Dh)
+                k_buf[:, :, t : t + 1] = k
+                v_buf[:, :, t : t + 1] = v
+                return attn.attend(q, k_buf[:, :, : t + 1], v_buf[:, :, : t + 1], None)
+
+            def cross_attention(h, attn=layer.cross_attn, mem_k=mem_k, mem_v=mem_v):
+                N, H, Dh = h.size(0), attn.n_heads, attn.d_head
+                # the g rows of one source become g queries against that source's keys
+                q = attn.q_proj(h).view(N // g, g, H, Dh).transpose(1, 2)  # (N/g, H, g, Dh)
+                out, w = attention(q, mem_k, mem_v, cache.src_mask, need_weights, 0.0)
+                out = out.transpose(1, 2).reshape(N, 1, H * Dh)
+                if w is not None:
+                    w = w.transpose(1, 2).reshape(N, H, -1)  # (N, H, S)
+                return attn.out_proj(out), w
+
+            x, weights = layer(x, self_attention, cross_attention)
+            all_weights.append(weights)
+        cache.length = t + 1
+        logits = self.output_proj(self.decoder_norm(x[:, 0]))
+        return logits, (torch.stack(all_weights) if need_weights else None)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())

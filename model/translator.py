@@ -1,0 +1,123 @@
+"""The public API: load a checkpoint directory once, translate lists of sentences.
+
+    translator = Translator("checkpoints/en-de")
+    [result] = translator.translate(["Hello world."], beam_size=4, return_attention=True)
+    result.hypotheses[0].text, result.hypotheses[0].attention.shape  # (L, H, T, S)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from model.checkpoint import load_checkpoint
+from model.search import beam_search
+
+MAX_BEAM = 16
+
+
+@dataclass
+class Translation:
+    text: str
+    tokens: list[str]  # target pieces, without EOS
+    token_ids: list[int]
+    score: float  # log-prob / length^length_penalty
+    log_prob: float
+    ended_with_eos: bool  # False when the length cap stopped it
+    attention: Tensor | None = None  # (layers, heads, target_len, source_len) incl. the EOS step
+    target_tokens: list[str] | None = None  # the attention's rows: tokens (+ "</s>" when it ended with EOS)
+
+
+@dataclass
+class TranslationResult:
+    source_tokens: list[str]  # the attention's columns, EOS included
+    hypotheses: list[Translation] = field(default_factory=list)  # best first
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class Translator:
+    def __init__(self, model_dir: str | Path, device: str | None = None, dtype: str = "float32",
+                 max_length_a: float = 1.5, max_length_b: int = 10, max_length_cap: int = 256):
+        self.device = torch.device(device or default_device())
+        self.model, self.tokenizer, self.metadata = load_checkpoint(Path(model_dir), self.device, dtype)
+        self.config = self.model.config
+        self.max_length_a, self.max_length_b = max_length_a, max_length_b
+        self.max_length_cap = min(max_length_cap, self.config.max_positions)
+
+    @property
+    def max_source_tokens(self) -> int:
+        return self.config.max_positions
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode_source(text)
+
+    def length_cap(self, source_len: int, max_length: int | None) -> int:
+        """New target tokens allowed (EOS included): a * source length + b, within the hard cap."""
+        cap = min(self.max_length_cap, math.ceil(self.max_length_a * source_len + self.max_length_b))
+        return max(1, min(cap, max_length) if max_length else cap)
+
+    def translate(self, sources: list[str] | list[list[int]], beam_size: int = 4, n_best: int = 1,
+                  length_penalty: float = 1.0, max_length: int | None = None, return_attention: bool = False,
+                  batch_tokens: int = 4096) -> list[TranslationResult]:
+        """Translate strings (or EOS-terminated source id lists). max_length caps new target tokens.
+
+        Sentences are sorted by length and packed into batches of at most batch_tokens source
+        tokens (counting padding, and beams); results come back in input order.
+        """
+        if not 1 <= beam_size <= MAX_BEAM:
+            raise ValueError(f"beam_size must be between 1 and {MAX_BEAM}, got {beam_size}")
+        if not 1 <= n_best <= beam_size:
+            raise ValueError(f"n_best must be between 1 and beam_size={beam_size}, got {n_best}")
+        ids = [self.encode(s) if isinstance(s, str) else list(s) for s in sources]
+        for i, x in enumerate(ids):
+            if not 1 <= len(x) <= self.max_source_tokens:
+                raise ValueError(f"source {i} has {len(x)} tokens; allowed: 1 to {self.max_source_tokens}")
+        results: list[TranslationResult | None] = [None] * len(ids)
+        for batch in self.batches(ids, batch_tokens // beam_size):
+            hyps = self.translate_ids([ids[i] for i in batch], beam_size, n_best, length_penalty, max_length,
+                                      return_attention)
+            for i, h in zip(batch, hyps):
+                results[i] = self.to_result(ids[i], h, return_attention)
+        return results  # type: ignore[return-value]
+
+    @staticmethod
+    def batches(ids: list[list[int]], max_tokens: int) -> list[list[int]]:
+        """Indices grouped into length-sorted batches of at most max_tokens padded tokens."""
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        batches, current = [], []
+        for i in order:
+            if current and (len(current) + 1) * len(ids[i]) > max_tokens:
+                batches.append(current)
+                current = []
+            current.append(i)
+        return batches + ([current] if current else [])
+
+    def translate_ids(self, ids: list[list[int]], beam_size: int, n_best: int, length_penalty: float,
+                      max_length: int | None, return_attention: bool):
+        S = max(len(x) for x in ids)
+        src = torch.full((len(ids), S), self.config.pad_id, dtype=torch.long)
+        for row, x in enumerate(ids):
+            src[row, : len(x)] = torch.tensor(x)
+        caps = torch.tensor([self.length_cap(len(x), max_length) for x in ids])
+        return beam_search(self.model, src.to(self.device), beam_size, n_best, length_penalty,
+                           caps.to(self.device), return_attention)
+
+    def to_result(self, source_ids: list[int], hyps, return_attention: bool) -> TranslationResult:
+        tok = self.tokenizer
+        result = TranslationResult(source_tokens=tok.source_pieces(source_ids))
+        for h in hyps:
+            pieces = tok.target_pieces(h.token_ids)
+            t = Translation(tok.decode_target(h.token_ids), pieces, h.token_ids, h.score, h.log_prob,
+                            h.ended_with_eos)
+            if return_attention:
+                t.attention = h.attention.float().cpu()
+                t.target_tokens = pieces + (["</s>"] if h.ended_with_eos else [])
+            result.hypotheses.append(t)
+        return result

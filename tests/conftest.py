@@ -1,0 +1,57 @@
+"""Shared fixtures: a tiny randomly initialised checkpoint with a real SentencePiece model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import sentencepiece as spm
+import torch
+
+from model.checkpoint import save_checkpoint
+from model.transformer import ModelConfig, Transformer
+
+TINY_TEXT = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Der schnelle braune Fuchs springt über den faulen Hund.",
+    "Open the file and save your changes.",
+    "Öffnen Sie die Datei und speichern Sie Ihre Änderungen.",
+    "Hello world, this is a small test sentence.",
+    "Hallo Welt, dies ist ein kleiner Testsatz.",
+    "Click the button to print the document.",
+    "Klicken Sie auf die Schaltfläche, um das Dokument zu drucken.",
+]
+
+
+def train_tiny_spm(directory: Path, vocab_size: int = 96) -> Path:
+    """A joint SentencePiece model with pad=0, unk=1, bos=2, eos=3 (the project's convention)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    corpus = directory / "spm.txt"
+    corpus.write_text("\n".join(TINY_TEXT * 4) + "\n")
+    prefix = directory / "spm"
+    spm.SentencePieceTrainer.train(
+        input=str(corpus), model_prefix=str(prefix), vocab_size=vocab_size, model_type="unigram",
+        pad_id=0, unk_id=1, bos_id=2, eos_id=3, character_coverage=1.0, hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    return prefix.with_suffix(".model")
+
+
+def make_tiny_checkpoint(directory: Path, seed: int = 0, **config_overrides) -> Path:
+    """A random tiny model saved in the checkpoint format; returns its directory."""
+    spm_path = train_tiny_spm(directory / "spm")
+    vocab = spm.SentencePieceProcessor(model_file=str(spm_path)).get_piece_size()
+    options = dict(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=4, d_ff=64,
+                   encoder_layers=2, decoder_layers=2, share_embeddings=True, dropout=0.0,
+                   max_positions=128, pad_id=0, unk_id=1, bos_id=2, eos_id=3, decoder_start_id=2)
+    options.update(config_overrides)
+    torch.manual_seed(seed)
+    model = Transformer(ModelConfig(**options))
+    out = directory / "ckpt"
+    save_checkpoint(out, model, spm_path, spm_path, {"source_lang": "en", "target_lang": "de"})
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny"))

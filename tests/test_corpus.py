@@ -1,0 +1,164 @@
+"""Fast tests for model/corpus.py on tiny fixture pairs (no network, no packages)."""
+import struct
+from collections import Counter
+
+from model.corpus import (
+    clean_pair, dedup, dedup_against, parse_ding_line, pick_general_test, placeholders,
+    read_mo, refine_paragraph, split_by_unit, ddtp_blocks,
+)
+
+
+def test_placeholders_kept_when_matching():
+    en, de, why = clean_pair("Deleted %d files in %s", "%d Dateien in %s gelöscht")
+    assert why == "ok" and "%d" in de and "%s" in de
+    assert clean_pair("Hello {name}, %(count)s new", "Hallo {name}, %(count)s neu")[2] == "ok"
+    assert clean_pair("Page %1 of %2", "Seite %1 von %2")[2] == "ok"
+
+
+def test_placeholder_mismatch_dropped():
+    assert clean_pair("Deleted %d files", "Dateien gelöscht")[2] == "placeholder"
+    assert clean_pair("Open {0}", "{1} öffnen")[2] == "placeholder"
+    assert clean_pair("Set $HOME now", "Jetzt setzen")[2] == "placeholder"
+    # %% is a literal percent sign, not a placeholder
+    assert placeholders("100%% done") == Counter()
+
+
+def test_markup_stripped_and_mismatch_dropped():
+    en, de, why = clean_pair("<b>Warning:</b> disk <i>full</i>", "<b>Warnung:</b> Platte <i>voll</i>")
+    assert why == "ok" and en == "Warning: disk full" and de == "Warnung: Platte voll"
+    # translated pseudo-tags are argument names, not markup
+    assert clean_pair("cp <source> <dest>", "cp <Quelle> <Ziel>")[2] == "markup"
+    en, de, _ = clean_pair("Tom &amp; Jerry <br/>show", "Tom &amp; Jerry <br/>Sendung")
+    assert en == "Tom & Jerry show" and de == "Tom & Jerry Sendung"
+
+
+def test_accelerators_removed():
+    assert clean_pair("_File", "_Datei")[:2] == ("File", "Datei")
+    assert clean_pair("H_eight:", "Höh_e:")[:2] == ("Height:", "Höhe:")
+    assert clean_pair("&Save file", "Datei &speichern")[:2] == ("Save file", "Datei speichern")
+    assert clean_pair("~Open", "Ö~ffnen")[:2] == ("Open", "Öffnen")
+    assert clean_pair("R&&D report", "F&&E-Bericht")[:2] == ("R&D report", "F&E-Bericht")
+    # identifiers copied verbatim to both sides are not accelerators
+    en, de, _ = clean_pair("Invalid file_name given", "Ungültiger file_name angegeben")
+    assert "file_name" in en and "file_name" in de
+    # spaced ampersand is legit text
+    assert clean_pair("Cut & paste", "Ausschneiden & einfügen")[0] == "Cut & paste"
+
+
+def test_identical_empty_length_ratio_dropped():
+    assert clean_pair("OK", "ok")[2] == "identical"
+    assert clean_pair("", "Datei")[2] == "empty"
+    assert clean_pair("  ", "Datei")[2] == "empty"
+    assert clean_pair("word " * 130, "Wort " * 130)[2] == "length"
+    assert clean_pair("one two three four five six seven eight", "eins")[2] == "ratio"
+
+
+def test_whitespace_and_nfc():
+    en, de, _ = clean_pair("Open\n  the   file", "Die Datei\to\u0308ffnen")  # decomposed ö
+    assert en == "Open the file" and de == "Die Datei öffnen"
+    assert clean_pair("Close", "Schlie\u00dfen")[1] == "Schließen"
+
+
+def _pairs():
+    mk = lambda s, u, en, de: {"source": s, "unit": u, "en": en, "de": de}
+    out = []
+    for u in range(40):
+        for k in range(5):
+            out.append(mk("gettext", f"cat{u}", f"Message number {k} of unit {u}.",
+                          f"Nachricht Nummer {k} von Einheit {u}."))
+    return out
+
+
+def test_dedup_pair_and_en():
+    ps = [{"source": "a", "unit": "u", "en": "Open file", "de": "Datei öffnen"},
+          {"source": "a", "unit": "u", "en": "Open file", "de": "Datei öffnen"},
+          {"source": "b", "unit": "v", "en": "Open file", "de": "Öffne Datei"},
+          {"source": "b", "unit": "v", "en": "Close file", "de": "Datei schließen"}]
+    kept, d_pair, d_en = dedup(ps)
+    assert [(p["en"], p["de"]) for p in kept] == [("Open file", "Datei öffnen"),
+                                                  ("Close file", "Datei schließen")]
+    assert d_pair["a"] == 1 and d_en["b"] == 1
+
+
+def test_split_by_unit_keeps_units_whole_and_is_deterministic():
+    ps = _pairs()
+    train, dev, test = split_by_unit(ps, {"gettext": (10, 10)})
+    assert dev and test and train
+    units = lambda xs: {p["unit"] for p in xs}
+    assert not (units(train) & units(dev)) and not (units(train) & units(test))
+    assert not (units(dev) & units(test))
+    for u in units(dev):  # whole unit held out
+        assert sum(p["unit"] == u for p in dev) == 5
+    again = split_by_unit(list(reversed(ps)), {"gettext": (10, 10)})
+    assert units(again[1]) == units(dev) and units(again[2]) == units(test)
+
+
+def test_test_dedup_removes_train_overlap():
+    train = [{"source": "a", "unit": "x", "en": "Save the file.", "de": "Speichern."},
+             {"source": "a", "unit": "x", "en": "Other text here.", "de": "Anderes."}]
+    held = [{"source": "b", "unit": "y", "en": "save the FILE", "de": "Datei speichern"}]
+    assert [p["en"] for p in dedup_against(train, held)] == ["Other text here."]
+
+
+def test_split_removes_overlap_with_heldout():
+    ps = _pairs()
+    train, dev, test = split_by_unit(ps, {"gettext": (10, 10)})
+    dup = dict(dev[0], unit="other-unit")
+    train2, dev2, _ = split_by_unit(ps + [dup], {"gettext": (10, 10)})
+    assert all(p["en"] != dup["en"] for p in train2)
+
+
+def test_ding_parsing_and_general_test():
+    line = ("Er ist krank. {m} | Sie schläft. :: He is ill. [Br.] | She is sleeping.")
+    assert parse_ding_line(line) == [("He is ill.", "Er ist krank."),
+                                     ("She is sleeping.", "Sie schläft.")]
+    assert parse_ding_line("Haus {n}; Gebäude {n} :: house; building") == [
+        ("house", "Haus"), ("building", "Gebäude")]
+    ps = [{"source": "ding", "unit": f"l{i}", "en": f"This is sentence {i}.", "de": f"Satz {i}."}
+          for i in range(10)]
+    assert len(pick_general_test(ps, 3)) == 3
+    assert pick_general_test(ps, 3) == pick_general_test(list(reversed(ps)), 3)
+
+
+def test_read_mo_handles_context_and_plurals(tmp_path):
+    entries = [(b"", b"Content-Type: text/plain; charset=UTF-8\n"),
+               (b"File", b"Datei"),
+               (b"menu\x04Open", b"\xc3\x96ffnen"),
+               (b"%d file\x00%d files", b"%d Datei\x00%d Dateien")]
+    n = len(entries)
+    orig_tab, trans_tab = 28, 28 + 8 * n
+    data_off = 28 + 16 * n
+    blob, o_idx, t_idx = b"", [], []
+    for k, _ in entries:
+        o_idx.append((len(k), data_off + len(blob)))
+        blob += k + b"\x00"
+    for _, v in entries:
+        t_idx.append((len(v), data_off + len(blob)))
+        blob += v + b"\x00"
+    head = struct.pack("<7I", 0x950412DE, 0, n, orig_tab, trans_tab, 0, 0)
+    tabs = b"".join(struct.pack("<2I", *x) for x in o_idx + t_idx)
+    mo = tmp_path / "t.mo"
+    mo.write_bytes(head + tabs + blob)
+    assert read_mo(mo) == [("File", "Datei"), ("Open", "Öffnen"),
+                           ("%d file", "%d Datei"), ("%d files", "%d Dateien")]
+
+
+def test_paragraph_refinement_and_ddtp_blocks():
+    assert refine_paragraph("One here. Two there.", "Eins hier. Zwei dort.") == [
+        ("One here.", "Eins hier."), ("Two there.", "Zwei dort.")]
+    assert refine_paragraph("One. Two.", "Eins und zwei.") == [("One. Two.", "Eins und zwei.")]
+    desc = "short text\n Long para\n line two.\n .\n * item one\n * item two"
+    assert ddtp_blocks(desc) == ["short text", "Long para line two.", "item one", "item two"]
+
+
+def test_mallard_keyseq_and_lohelp_hidden_variants(tmp_path):
+    import xml.etree.ElementTree as ET
+    from model.corpus import help_blocks, mallard_text
+    el = ET.fromstring('<p xmlns="http://projectmallard.org/1.0/">Press <keyseq><key>Ctrl</key>'
+                       '<key>L</key></keyseq> in <gui>Files</gui>.</p>')
+    assert mallard_text(el) == "Press Ctrl+L in Files."
+    page = tmp_path / "p.html"
+    page.write_text('<p id="par_id1">Use <span class="switchinline"><span hidden="true" id="MACx">'
+                    'Cmd</span><span hidden="true" id="defaultx">Ctrl</span></span>+F.</p>'
+                    '<p id="other">skip</p><h2 id="hd_id2">Title</h2>')
+    assert help_blocks(page) == {"par_id1": "Use Ctrl+F.", "hd_id2": "Title"}

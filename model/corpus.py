@@ -270,21 +270,45 @@ def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, check=True, **kw)
 
 
+def apt_opts(cache_dir: Path) -> list[str]:
+    """apt options pointing at our private package lists (the system's stay untouched)."""
+    lists = (cache_dir / "apt-lists").resolve()
+    return ["-o", f"Dir::State::Lists={lists}", "-o", "Acquire::Languages=en,de",
+            "-o", "Dir::Cache::pkgcache=", "-o", "Dir::Cache::srcpkgcache="]
+
+
+def ensure_apt_lists(cache_dir: Path) -> Path:
+    """Private ``apt-get update`` (Packages plus Translation-en/de), run once and cached."""
+    lists = cache_dir / "apt-lists"
+    if not glob.glob(str(lists / "*_main_i18n_Translation-de*")):
+        (lists / "partial").mkdir(parents=True, exist_ok=True)
+        print("apt-get update into private lists", file=sys.stderr)
+        run(["apt-get", "update", *apt_opts(cache_dir)], stdout=subprocess.DEVNULL)
+    return lists
+
+
 def fetch_packages(names: list[str], cache_dir: Path) -> dict[str, Path]:
-    """``apt-get download`` the packages not yet cached; return name -> extracted dir."""
+    """``apt-get download`` the candidate .debs not yet cached; return name -> extracted dir."""
+    ensure_apt_lists(cache_dir)
     debs = cache_dir / "debs"
     debs.mkdir(parents=True, exist_ok=True)
-    missing = [n for n in names if not glob.glob(str(debs / f"{n}_*.deb"))]
+    # --print-uris names the exact candidate file, so the cache is keyed by version
+    uris = run(["apt-get", "download", "--print-uris", *apt_opts(cache_dir), *names],
+               capture_output=True, text=True).stdout.split("\n")
+    fnames = [line.split()[1] for line in uris if line.startswith("'")]
+    files = {n: next(f for f in fnames if f.startswith(n + "_")) for n in names}
+    missing = [n for n in names if not (debs / files[n]).exists()]
     if missing:
         print(f"downloading {len(missing)} packages: {' '.join(missing)}", file=sys.stderr)
-        run(["apt-get", "download", *missing], cwd=debs, stdout=subprocess.DEVNULL)
+        run(["apt-get", "download", *apt_opts(cache_dir), *missing], cwd=debs,
+            stdout=subprocess.DEVNULL)
     out = {}
     for name in progress(names, "extracting .debs"):
-        deb = sorted(glob.glob(str(debs / f"{name}_*.deb")))[-1]
-        dest = cache_dir / "extract" / Path(deb).stem
+        deb = debs / files[name]
+        dest = cache_dir / "extract" / deb.stem
         if not (dest / ".done").exists():
             dest.mkdir(parents=True, exist_ok=True)
-            run(["dpkg-deb", "-x", deb, str(dest)])
+            run(["dpkg-deb", "-x", str(deb), str(dest)])
             (dest / ".done").touch()
         out[name] = dest
     return out
@@ -339,16 +363,6 @@ def extract_gettext(pkgs: dict[str, Path]) -> Iterator[tuple[str, str, str]]:
 # --------------------------------------------------------------------------- ddtp
 
 
-def ensure_ddtp_lists(cache_dir: Path) -> Path:
-    """Private ``apt-get update`` fetching Translation-en/de, leaving the system lists alone."""
-    lists = cache_dir / "apt-lists"
-    if not glob.glob(str(lists / "*_main_i18n_Translation-de*")):
-        (lists / "partial").mkdir(parents=True, exist_ok=True)
-        run(["apt-get", "update", "-o", f"Dir::State::Lists={lists}",
-             "-o", "Acquire::Languages=en,de"], stdout=subprocess.DEVNULL)
-    return lists
-
-
 def read_translation_file(path: Path, lang: str) -> dict[str, tuple[str, str]]:
     """Parse a DDTP Translation file: md5 -> (package, description text)."""
     text = subprocess.run(["/usr/lib/apt/apt-helper", "cat-file", str(path)], check=True,
@@ -393,7 +407,7 @@ def ddtp_blocks(desc: str) -> list[str]:
 
 def extract_ddtp(cache_dir: Path) -> Iterator[tuple[str, str, str]]:
     """Yield (unit, en, de) from DDTP descriptions paired by Description-md5."""
-    lists = ensure_ddtp_lists(cache_dir)
+    lists = ensure_apt_lists(cache_dir)
     de_file = sorted(glob.glob(str(lists / "*bookworm_main_i18n_Translation-de*")))[0]
     en_file = sorted(glob.glob(str(lists / "*bookworm_main_i18n_Translation-en*")))[0]
     de = read_translation_file(Path(de_file), "de")

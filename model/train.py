@@ -431,7 +431,7 @@ class Trainer:
                 logits = self.model(b.src, b.tgt_in)  # (B, T, V)
             loss = label_smoothed_loss(logits, b.tgt_out, a.label_smoothing, c.pad_id)
             (loss / n_tgt).backward()  # gradient of the per-token mean over the whole update
-            total += float(loss)
+            total += float(loss.detach())
         if a.clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), a.clip_norm)
         lr = inverse_sqrt_lr(self.state.step + 1, a.lr, a.warmup)

@@ -1,0 +1,149 @@
+import itertools
+
+import pytest
+import torch
+
+from model.search import beam_search
+from model.transformer import ModelConfig, Transformer
+
+PAD, START, EOS = 0, 1, 2
+
+
+def tiny(vocab=40, eos_bias=0.0, seed=0, **overrides):
+    options = dict(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=4, d_ff=64, encoder_layers=2,
+                   decoder_layers=2, dropout=0.0, output_bias=True, pad_id=PAD, bos_id=START, eos_id=EOS,
+                   decoder_start_id=START)
+    options.update(overrides)
+    torch.manual_seed(seed)
+    m = Transformer(ModelConfig(**options)).eval()
+    with torch.no_grad():
+        m.output_proj.bias.normal_(0, 0.5)
+        m.output_proj.bias[EOS] += eos_bias
+    return m
+
+
+def sources():
+    g = torch.Generator().manual_seed(3)
+    src = torch.randint(4, 40, (4, 12), generator=g)
+    for row, length in enumerate([12, 3, 7, 1]):
+        src[row, length - 1] = EOS
+        src[row, length:] = PAD
+    return src
+
+
+def teacher_forced(m, src_row, tokens, ended_with_eos):
+    """Sum of log-probs of tokens (+ EOS) and the encoder-decoder attention, by full recomputation."""
+    src_row = src_row[src_row != PAD][None]
+    outputs = tokens + ([EOS] if ended_with_eos else [])
+    tgt_in = torch.tensor([[START] + outputs[:-1]])
+    memory, mask = m.encode(src_row)
+    logits, attn = m.decode(tgt_in, memory, mask, need_weights=True)
+    logp = logits.log_softmax(-1)[0]
+    return sum(logp[i, t].item() for i, t in enumerate(outputs)), attn[:, 0]
+
+
+def greedy_reference(m, src_row, max_new):
+    """Plain greedy decoding by full recomputation, PAD forbidden."""
+    src_row = src_row[src_row != PAD][None]
+    memory, mask = m.encode(src_row)
+    out = []
+    for _ in range(max_new):
+        logits, _ = m.decode(torch.tensor([[START] + out]), memory, mask)
+        logits[0, -1, PAD] = float("-inf")
+        tok = int(logits[0, -1].argmax())
+        if tok == EOS:
+            return out, True
+        out.append(tok)
+    return out, False
+
+
+@pytest.mark.parametrize("eos_bias", [3.0, -5.0])  # sentences that end early / that hit the cap
+def test_beam_one_is_greedy_and_scores_are_teacher_forced(eos_bias):
+    m = tiny(eos_bias=eos_bias)
+    src = sources()
+    results = beam_search(m, src, beam_size=1, max_new_tokens=9)
+    for row, [hyp] in enumerate(results):
+        tokens, ended = greedy_reference(m, src[row], 9)
+        assert (hyp.token_ids, hyp.ended_with_eos) == (tokens, ended)
+        logp, _ = teacher_forced(m, src[row], hyp.token_ids, hyp.ended_with_eos)
+        length = len(hyp.token_ids) + hyp.ended_with_eos
+        assert hyp.log_prob == pytest.approx(logp, abs=1e-4)
+        assert hyp.score == pytest.approx(logp / length, abs=1e-4)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.6])
+def test_beam_scores_and_nbest_order(alpha):
+    m = tiny(eos_bias=1.0)
+    src = sources()
+    results = beam_search(m, src, beam_size=4, n_best=4, length_penalty=alpha, max_new_tokens=8)
+    for row, hyps in enumerate(results):
+        assert len(hyps) == 4
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+        assert len({tuple(h.token_ids) + (h.ended_with_eos,) for h in hyps}) == 4
+        for h in hyps:
+            assert PAD not in h.token_ids and EOS not in h.token_ids
+            logp, _ = teacher_forced(m, src[row], h.token_ids, h.ended_with_eos)
+            length = len(h.token_ids) + h.ended_with_eos
+            assert h.score == pytest.approx(logp / length**alpha, abs=1e-4)
+            assert h.ended_with_eos or length == 8
+
+
+def test_wide_beam_equals_brute_force():
+    vocab, max_new = 6, 3  # outputs: ids 1, 3, 4, 5 (PAD is forbidden) and EOS
+    m = tiny(vocab=vocab, eos_bias=-0.5, seed=5)
+    src = torch.tensor([[4, 5, 3, EOS]])
+    best = None
+    words = [1, 3, 4, 5]
+    for length in range(max_new + 1):
+        for seq in itertools.product(words, repeat=length):
+            ended = length < max_new
+            logp, _ = teacher_forced(m, src[0], list(seq), ended)
+            score = logp / (length + ended)
+            if best is None or score > best[0]:
+                best = (score, list(seq), ended)
+    [hyp] = beam_search(m, src, beam_size=100, max_new_tokens=max_new)[0]
+    assert (hyp.token_ids, hyp.ended_with_eos) == (best[1], best[2])
+    assert hyp.score == pytest.approx(best[0], abs=1e-5)
+    assert len(best[1]) > 0  # the test is only meaningful if the best output is not empty
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_batch_invariance(beam):
+    m = tiny(eos_bias=1.5)
+    src = sources()
+    batched = beam_search(m, src, beam_size=beam, n_best=beam, max_new_tokens=torch.tensor([10, 4, 7, 3]))
+    for row, cap in enumerate([10, 4, 7, 3]):
+        alone_src = src[row : row + 1, : int((src[row] != PAD).sum())]
+        alone = beam_search(m, alone_src, beam_size=beam, n_best=beam, max_new_tokens=cap)[0]
+        assert [h.token_ids for h in alone] == [h.token_ids for h in batched[row]]
+        for a, b in zip(alone, batched[row]):
+            assert a.score == pytest.approx(b.score, abs=1e-4)
+
+
+@pytest.mark.parametrize("beam, n_best", [(1, 1), (4, 3), (5, 5)])
+def test_captured_attention_follows_each_hypothesis(beam, n_best):
+    m = tiny(eos_bias=1.0)
+    src = sources()
+    results = beam_search(m, src, beam_size=beam, n_best=n_best, max_new_tokens=7, return_attention=True)
+    for row, hyps in enumerate(results):
+        source_len = int((src[row] != PAD).sum())
+        for h in hyps:
+            T = len(h.token_ids) + h.ended_with_eos
+            assert h.attention.shape == (2, 4, T, source_len)
+            torch.testing.assert_close(h.attention.sum(-1), torch.ones(2, 4, T))
+            _, expected = teacher_forced(m, src[row], h.token_ids, h.ended_with_eos)
+            torch.testing.assert_close(h.attention, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_attention_is_not_computed_unless_asked():
+    m = tiny()
+    [[hyp]] = beam_search(m, sources()[:1], beam_size=2, max_new_tokens=5)
+    assert hyp.attention is None
+
+
+def test_options_are_validated():
+    m = tiny()
+    with pytest.raises(ValueError, match="n_best"):
+        beam_search(m, sources(), beam_size=2, n_best=3)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        beam_search(m, sources(), max_new_tokens=0)

@@ -1,0 +1,69 @@
+import io
+import sys
+
+import pytest
+import torch
+
+from model.cli import translate_command
+from model.translator import Translator
+
+SENTENCES = ["Open the file.", "Hello world, this is a small test sentence with more words.", "Click.",
+             "The quick brown fox jumps over the lazy dog."]
+
+
+@pytest.fixture(scope="module")
+def translator(tiny_checkpoint):
+    return Translator(tiny_checkpoint, device="cpu")
+
+
+def test_results_come_back_in_input_order_whatever_the_batching(translator):
+    one_by_one = [translator.translate([s], beam_size=2, max_length=8)[0] for s in SENTENCES]
+    packed = translator.translate(SENTENCES, beam_size=2, max_length=8, batch_tokens=40)  # several batches
+    assert len(Translator.batches([translator.encode(s) for s in SENTENCES], 20)) > 1
+    assert [r.hypotheses[0].token_ids for r in packed] == [r.hypotheses[0].token_ids for r in one_by_one]
+
+
+def test_result_fields(translator):
+    [result] = translator.translate(["Open the file."], beam_size=3, n_best=2, max_length=6, return_attention=True)
+    assert result.source_tokens[-1] == "</s>"
+    assert len(result.hypotheses) == 2
+    best = result.hypotheses[0]
+    assert best.score >= result.hypotheses[1].score
+    assert best.tokens == translator.tokenizer.target_pieces(best.token_ids)
+    assert best.attention.shape[2:] == (len(best.target_tokens), len(result.source_tokens))
+    assert best.attention.shape[:2] == (2, 4)
+
+
+def test_token_id_input_and_max_length(translator):
+    ids = translator.encode("Open the file.")
+    [r] = translator.translate([ids], beam_size=1, max_length=3)
+    assert len(r.hypotheses[0].token_ids) <= 3
+
+
+def test_bad_options_are_rejected(translator):
+    with pytest.raises(ValueError, match="beam_size"):
+        translator.translate(["x"], beam_size=0)
+    with pytest.raises(ValueError, match="n_best"):
+        translator.translate(["x"], beam_size=2, n_best=3)
+    with pytest.raises(ValueError, match="allowed: 1 to 128"):
+        translator.translate(["word " * 200])
+
+
+def test_length_cap_rule(translator):
+    assert translator.length_cap(10, None) == 25  # 1.5 * 10 + 10
+    assert translator.length_cap(10, 5) == 5
+    assert translator.length_cap(1000, None) == translator.max_length_cap
+
+
+def test_cli_translate_keeps_line_alignment(tiny_checkpoint, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("Open the file.\n\nClick.\n"))
+
+    class Args:
+        model, beam, n_best, max_length, length_penalty, batch_tokens = tiny_checkpoint, 2, 2, 5, 1.0, 4096
+        device, dtype = "cpu", "float32"
+
+    translate_command(Args)
+    lines = capsys.readouterr().out.split("\n")
+    assert lines[1] == "" and len(lines) == 4  # 3 lines + trailing newline
+    fields = lines[0].split("\t")
+    assert len(fields) == 4 and float(fields[1]) >= float(fields[3])

@@ -49,7 +49,6 @@ import glob
 import hashlib
 import html
 import json
-import os
 import random
 import re
 import struct

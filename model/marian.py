@@ -25,6 +25,7 @@ unpickling.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -126,7 +127,7 @@ def marian_model_config(hf: dict) -> ModelConfig:
 
 def weight_plan(config: ModelConfig) -> dict[str, list[str]]:
     """Our tensor name -> the HF tensor names concatenated (dim 0) to make it, for every tensor we
-    store. Embeddings are resolved separately (`_embedding_sources`), as HF stores tied ones once."""
+    store. The vocabulary matrices are resolved separately (`resolve_embeddings`)."""
     plan: dict[str, list[str]] = {}
 
     def linear(ours: str, hf: list[str]):
@@ -156,19 +157,48 @@ def weight_plan(config: ModelConfig) -> dict[str, list[str]]:
     return plan
 
 
-SHARED = ["model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"]
 POSITIONS = ["model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight"]
 
 
-def _embedding_sources(config: ModelConfig) -> dict[str, list[str]]:
-    """Our embedding/output tensor -> HF names that may hold it (any present must be equal)."""
-    if config.share_embeddings:
-        src = tgt = SHARED
+def resolve_embeddings(hf: dict, weights: dict[str, torch.Tensor]) -> tuple[dict[str, str], list[str]]:
+    """Which HF tensor each of the three vocabulary matrices comes from, as transformers 5.x
+    computes: {"src": name, "tgt": name, "out": name}, plus problems found.
+
+    HF ties `model.encoder/decoder.embed_tokens` to `model.shared` when
+    `share_encoder_decoder_embeddings` and `tie_word_embeddings` hold, and `lm_head` to the
+    decoder embedding when `tie_word_embeddings` holds; untied, each module uses its own tensor
+    (falling back to `model.shared`, what older HF versions always used, when the file has no
+    own tensor). Tied copies a file does carry must equal the tensor they are tied to.
+    """
+    share = bool(hf.get("share_encoder_decoder_embeddings", HF_DEFAULTS["share_encoder_decoder_embeddings"]))
+    tie = bool(hf.get("tie_word_embeddings", HF_DEFAULTS["tie_word_embeddings"]))
+    enc, dec, shared, head = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
+                              "model.shared.weight", "lm_head.weight")
+    problems: list[str] = []
+
+    def pick(*names: str) -> str | None:
+        return next((n for n in names if n in weights), None)
+
+    def same(a: str, b: str) -> bool:
+        return weights[a].shape == weights[b].shape and torch.equal(weights[a], weights[b])
+
+    if share and tie:
+        src = tgt = pick(shared, enc, dec)
+        copies = [enc, dec]
     else:
-        src, tgt = ["model.encoder.embed_tokens.weight"], ["model.decoder.embed_tokens.weight"]
-    out = {"src_embed.weight": src, "tgt_embed.weight": tgt}
-    out["output_proj.weight"] = tgt + ["lm_head.weight"] if config.tie_output else ["lm_head.weight"]
-    return out
+        src, tgt = pick(enc, shared), pick(dec, shared) if share else pick(dec)
+        copies = []
+    out = tgt if tie else pick(head)
+    if tie:
+        copies.append(head)
+    if src is None or tgt is None or out is None:
+        missing = [what for what, name in (("source embedding", src), ("target embedding", tgt),
+                                          ("output projection (lm_head.weight)", out)) if name is None]
+        return {}, [f"no tensor for the {', '.join(missing)}"]
+    for copy in copies:
+        if copy in weights and copy not in (src, tgt) and not same(copy, tgt):
+            problems.append(f"{copy} differs from {tgt}, but config.json ties them")
+    return {"src": src, "tgt": tgt, "out": out}, problems
 
 
 def _load_weights(hf_dir: Path) -> dict[str, torch.Tensor]:
@@ -197,13 +227,14 @@ def _load_weights(hf_dir: Path) -> dict[str, torch.Tensor]:
     return weights
 
 
-def convert_weights(config: ModelConfig, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def convert_weights(config: ModelConfig, weights: dict[str, torch.Tensor], sources: dict[str, str],
+                    problems: list[str]) -> dict[str, torch.Tensor]:
     """HF MarianMTModel tensors -> our stored tensors (float32), asserting every name and shape
-    and that no HF tensor is left unused."""
+    and that no HF tensor is left unused. `sources`: from `resolve_embeddings`."""
     expected = {n: t.shape for n, t in stored_state(Transformer(config)).items()}
     used: set[str] = set()
     out: dict[str, torch.Tensor] = {}
-    problems: list[str] = []
+    problems = list(problems)
 
     for ours, parts in weight_plan(config).items():
         missing = [p for p in parts if p not in weights]
@@ -213,29 +244,12 @@ def convert_weights(config: ModelConfig, weights: dict[str, torch.Tensor]) -> di
         out[ours] = torch.cat([weights[p].float() for p in parts], dim=0) if len(parts) > 1 else weights[parts[0]].float()
         used.update(parts)
 
-    for ours, candidates in _embedding_sources(config).items():
-        if ours not in expected:
-            used.update(c for c in candidates if c in weights)
-            continue
-        present = [c for c in candidates if c in weights]
-        if not present:
-            problems.append(f"missing {' or '.join(candidates)} (for {ours})")
-            continue
-        first = weights[present[0]].float()
-        for other in present[1:]:
-            if weights[other].shape != first.shape or not torch.equal(weights[other].float(), first):
-                problems.append(f"{present[0]} and {other} differ, but the config says they are one tied matrix")
-        out[ours] = first
-        used.update(present)
-    # tied copies our model does not store separately must still equal what it stores
-    for ours, candidates in _embedding_sources(config).items():
-        if ours in expected:
-            continue
-        stored = out.get("tgt_embed.weight" if "tgt_embed.weight" in out else "src_embed.weight")
-        for c in candidates:
-            if c in weights and stored is not None and (weights[c].shape != stored.shape
-                                                         or not torch.equal(weights[c].float(), stored)):
-                problems.append(f"{c} differs from the target embedding, but the config ties them")
+    for ours, key in (("src_embed.weight", "src"), ("tgt_embed.weight", "tgt"), ("output_proj.weight", "out")):
+        if ours in expected and key in sources:
+            out[ours] = weights[sources[key]].float()
+    used.update(sources.values())
+    used.update(n for n in ("model.shared.weight", "model.encoder.embed_tokens.weight",
+                            "model.decoder.embed_tokens.weight", "lm_head.weight") if n in weights)  # checked copies
 
     if "output_proj.bias" in expected:
         if "final_logits_bias" in weights:
@@ -312,7 +326,16 @@ def import_marian(hf_dir: str | Path, out_dir: str | Path, dtype: str = "float32
                                 f"{target_vocab['<unk>']} in the target one; our models have one unk id")
     config.unk_id = source_vocab["<unk>"]
 
-    state = convert_weights(config, _load_weights(hf))
+    weights = _load_weights(hf)
+    sources, problems = resolve_embeddings(hf_config, weights)
+    if sources:
+        # share/tie exactly when the matrices HF computes with are one tensor (or equal ones)
+        def same(a: str, b: str) -> bool:
+            return a == b or (weights[a].shape == weights[b].shape and torch.equal(weights[a], weights[b]))
+
+        share = config.src_vocab_size == config.tgt_vocab_size and same(sources["src"], sources["tgt"])
+        config = dataclasses.replace(config, share_embeddings=share, tie_output=same(sources["out"], sources["tgt"]))
+    state = convert_weights(config, weights, sources, problems)
     model = Transformer(config)
     expected = stored_state(model)
     with torch.no_grad():

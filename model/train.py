@@ -12,6 +12,8 @@ and, at the end, final/ (a checkpoint directory `Translator` loads).
 The training state is tensors in safetensors (weights, Adam moments, the torch RNG) plus JSON
 for the rest (step, epoch, batch position, counters). Pickles are never written or read.
 Data order is a pure function of (seed, epoch), so a resumed run only needs the position.
+A resumed run takes its settings from args.json; only the run-control options given on its
+command line (time budget, max steps, threads, save/log intervals) replace the saved ones.
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ from model.tokenizer import Tokenizer
 from model.transformer import ModelConfig, Transformer
 
 SPECIAL_IDS = dict(pad_id=0, unk_id=1, bos_id=2, eos_id=3)
-# Arguments a resumed run may change; everything else comes from the run's args.json.
-RUN_CONTROL_ARGS = ("time_budget", "max_steps", "threads", "save_minutes", "save_every", "log_every")
+# Arguments a resumed run may change when given; everything else comes from the run's args.json.
+RUN_CONTROL_DEFAULTS = {"time_budget": 0.0, "max_steps": 0, "threads": 2, "save_minutes": 5.0, "save_every": 0,
+                        "log_every": 25}
 
 
 def log(msg: str) -> None:
@@ -51,7 +54,7 @@ def log(msg: str) -> None:
 
 
 def read_lines(path: Path) -> list[str]:
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", newline="\n") as f:  # only \n ends a line (a stray \r must not split one)
         return [line.rstrip("\n") for line in f]
 
 
@@ -240,7 +243,7 @@ def build_config(args, vocab_size: int) -> ModelConfig:
         decoder_start_id=SPECIAL_IDS["bos_id"], **SPECIAL_IDS)
 
 
-def make_optimizer(model: Transformer, args) -> torch.optim.Adam:
+def make_optimizer(model: Transformer) -> torch.optim.Adam:
     """Section 5.3: Adam with beta1 0.9, beta2 0.98, eps 1e-9; lr is set every step."""
     return torch.optim.Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9, fused=True)
 
@@ -389,7 +392,7 @@ class Trainer:
         self.config = ModelConfig.load(run_dir / "config.json")
         torch.manual_seed(args.seed)
         self.model = Transformer(self.config)
-        self.optimizer = make_optimizer(self.model, args)
+        self.optimizer = make_optimizer(self.model)
         self.tokenizer = Tokenizer(self.sp_path, self.sp_path, self.config)
         self.state = TrainState()
 
@@ -413,8 +416,17 @@ class Trainer:
             raise SystemExit(f"{self.run_dir}: --resume given but no checkpoint found")
         self.state, rng = load_training_state(ckpts[-1], self.model, self.optimizer)
         torch.set_rng_state(rng)
+        self.truncate_log(self.state.step)
+        self.write_log({"resume": True, "step": self.state.step, "threads": torch.get_num_threads()})
         log(f"resumed from {ckpts[-1]} (step {self.state.step}, epoch {self.state.epoch}, "
             f"batch {self.state.position}, {self.state.elapsed / 60:.1f} min trained)")
+
+    def truncate_log(self, step: int) -> None:
+        """Drop records of steps after the checkpoint: the resumed run redoes those steps."""
+        path = self.run_dir / "log.jsonl"
+        if path.exists():
+            lines = [ln for ln in path.read_text().splitlines() if json.loads(ln).get("step", 0) <= step]
+            path.write_text("".join(ln + "\n" for ln in lines))
 
     def write_log(self, record: dict) -> None:
         with open(self.run_dir / "log.jsonl", "a") as f:
@@ -601,13 +613,16 @@ def vars_of(args) -> dict:
 
 
 def train_command(args) -> Path:
-    torch.set_num_threads(args.threads)  # deliberate: the machine has 2 cores and is shared
+    given = {k: getattr(args, k) for k in RUN_CONTROL_DEFAULTS if getattr(args, k) is not None}
     if args.resume:
         run_dir = Path(args.out)
         saved = json.loads((run_dir / "args.json").read_text())
-        overrides = {k: getattr(args, k) for k in RUN_CONTROL_ARGS}
-        args = argparse.Namespace(**{**saved, **overrides, "resume": True})
+        args = argparse.Namespace(**{**saved, **given, "resume": True})
     else:
+        args = argparse.Namespace(**{**vars(args), **RUN_CONTROL_DEFAULTS, **given})
+    # deliberate: 2 cores, shared with other jobs; see --threads
+    torch.set_num_threads(args.threads)
+    if not args.resume:
         run_dir = prepare_run(args)
     trainer = Trainer(args, run_dir)
     trainer.load_data()
@@ -640,9 +655,11 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--data", default="data/corpus", help="corpus directory (train/dev .en/.de, train.source)")
     g.add_argument("--out", required=True, help="run directory")
     g.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
-    g.add_argument("--time-budget", type=float, default=0, help="minutes of training, then finish cleanly")
-    g.add_argument("--max-steps", type=int, default=0, help="optimizer steps, then finish cleanly")
-    g.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    # run-control options default to None so that --resume can tell "given" from "default"
+    g.add_argument("--time-budget", type=float, help="minutes of training, then finish cleanly (default: none)")
+    g.add_argument("--max-steps", type=int, help="optimizer steps, then finish cleanly (default: none)")
+    g.add_argument("--threads", type=int, help="torch intra-op threads (default 2; 1 is faster when other "
+                   "jobs load the cores, as 2 OpenMP threads then wait on each other)")
     g.add_argument("--seed", type=int, default=1)
     g.add_argument("--bf16", action="store_true", help="bf16 autocast for forward/backward")
     g = p.add_argument_group("data")
@@ -672,13 +689,13 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--label-smoothing", type=float, default=0.1)
     g.add_argument("--clip-norm", type=float, default=1.0)
     g = p.add_argument_group("checkpoints and evaluation")
-    g.add_argument("--save-minutes", type=float, default=5.0, help="checkpoint (with dev eval) this often")
-    g.add_argument("--save-every", type=int, default=0, help="also checkpoint every N steps")
+    g.add_argument("--save-minutes", type=float, help="checkpoint (with dev eval) this often (default 5)")
+    g.add_argument("--save-every", type=int, help="also checkpoint every N steps (default: off)")
     g.add_argument("--keep", type=int, default=5, help="checkpoints kept on disk")
     g.add_argument("--average-last", type=int, default=5, help="checkpoints averaged into the final model")
     g.add_argument("--exclude-eval-time", action="store_true", help="do not count dev evaluation in the budget")
     g.add_argument("--dev-bleu-size", type=int, default=300, help="dev sentences decoded for BLEU (0: none)")
-    g.add_argument("--log-every", type=int, default=25)
+    g.add_argument("--log-every", type=int, help="progress line every N steps (default 25)")
     g.add_argument("--final-dir", help="where the final checkpoint goes (default RUN/final)")
     g.add_argument("--final-dtype", default="auto", choices=["auto", "float32", "float16"])
 

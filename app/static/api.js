@@ -62,7 +62,8 @@ export function normalisePairs(body) {
     const source = item.source ?? item.source_lang ?? item.src;
     const target = item.target ?? item.target_lang ?? item.tgt;
     if (!source || !target) continue;
-    pairs.push({ id: item.id ?? item.model ?? `${source}-${target}`, source, target });
+    pairs.push({ id: item.id ?? item.model ?? `${source}-${target}`, source, target,
+      maxSourceTokens: item.max_source_tokens ?? null });
   }
   const seen = new Set();
   return pairs.filter((p) => {

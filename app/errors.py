@@ -1,0 +1,91 @@
+"""One error shape everywhere, LibreTranslate's: {"error": "<message>"}.
+
+Bad input is 400 (LibreTranslate's code; FastAPI's 422 is replaced), with a message naming the
+field, the problem and what is allowed.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from app.protocol import TranslateRequest
+
+log = logging.getLogger("uvicorn.error")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def error_response(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def _shorten(value, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_TYPE_TAGS = {"str", "int", "float", "bool", "none", "list[str]"}
+
+
+def describe_validation(errors: list[dict], known_fields: list[str] | None = None) -> str:
+    """pydantic errors as one line, 'field: problem (got value)' joined by '; '; the branches of a
+    union (str | list[str]) are merged into one 'or'."""
+    problems: dict[str, list[str]] = {}
+    got: dict[str, str] = {}
+    for e in errors:
+        kind, message = e.get("type", ""), e.get("msg", "invalid")
+        if kind == "json_invalid":
+            return f"malformed JSON: {e.get('ctx', {}).get('error', message)}"
+        loc = [str(x) for x in e.get("loc", ()) if x != "body" and str(x) not in _TYPE_TAGS]
+        field = ".".join(loc) or ("" if kind == "value_error" else "body")  # a model validator names its fields
+        if kind == "missing":
+            message = "required"
+        elif kind == "extra_forbidden":
+            message = "unknown field" + (f"; allowed: {', '.join(known_fields)}" if known_fields else "")
+        elif kind in ("model_type", "model_attributes_type"):
+            message = "must be a JSON object"
+        elif message.startswith("Value error, "):
+            message = message[len("Value error, "):]
+        elif "input" in e:
+            got[field] = _shorten(e["input"])
+        problems.setdefault(field, [])
+        if message not in problems[field]:
+            problems[field].append(message)
+    parts = []
+    for field, messages in list(problems.items())[:5]:
+        text = " or ".join(messages) + (f" (got {got[field]})" if field in got else "")
+        parts.append(f"{field}: {text}" if field else text)
+    if len(problems) > 5:
+        parts.append(f"and {len(problems) - 5} more")
+    return "; ".join(parts)
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError):
+        return error_response(exc.status, exc.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError):
+        return error_response(400, describe_validation(list(exc.errors()), sorted(TranslateRequest.model_fields)))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException):
+        message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        if exc.status_code == 404 and message == "Not Found":
+            message = f"no route {request.method} {request.url.path}; see /docs"
+        return error_response(exc.status_code, message, getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception):
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal error")

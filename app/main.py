@@ -1,0 +1,78 @@
+"""The ASGI app: `app.main:app` (settings from the environment), or `create_app(settings)`."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import RedirectResponse
+from fastapi.staticfiles import StaticFiles
+
+from app import errors, ui
+from app.metrics import MetricsMiddleware
+from app.routers import alignments, health, libretranslate, models, translate
+from app.service import Service
+from app.settings import Settings
+
+DESCRIPTION = """Neural machine translation with dynamic cross-request batching.
+
+* `/v1/*`: the native API (n-best, alignments, attention).
+* `/translate`, `/languages`: LibreTranslate-compatible.
+* Every error is `{"error": "<message>"}`.
+* `/`: the attention viewer.
+"""
+
+
+def _openapi_without_422(app: FastAPI):
+    """Bad input answers 400 in the one error shape, so FastAPI's 422 entries would be untrue."""
+    build = app.openapi
+
+    def openapi():
+        schema = build()
+        for path in schema.get("paths", {}).values():
+            for operation in path.values():
+                operation.get("responses", {}).pop("422", None)
+        for name in ("HTTPValidationError", "ValidationError"):
+            schema.get("components", {}).get("schemas", {}).pop(name, None)
+        return schema
+
+    return openapi
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    service = Service(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.stop()
+
+    app = FastAPI(title="NMT service", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    app.state.service = service
+    errors.install(app)
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
+                           allow_headers=["*"])
+    app.add_middleware(MetricsMiddleware, metrics=service.metrics)
+    for module in (translate, alignments, models, libretranslate, health):
+        app.include_router(module.router)
+    app.include_router(ui.router)  # the attention viewer: / and /static/* (app/ui.py); before the / redirect below
+    has_ui = (STATIC / "index.html").is_file()
+    if has_ui:
+        app.mount("/ui", StaticFiles(directory=STATIC, html=True), name="ui")
+
+    @app.get("/", include_in_schema=False)
+    async def root():
+        return RedirectResponse("/ui/" if has_ui else "/docs")
+
+    app.openapi = _openapi_without_422(app)
+    return app
+
+
+app = create_app()

@@ -1,0 +1,66 @@
+"""Prometheus metrics, in a registry per app (tests build several apps in one process)."""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+
+disable_created_metrics()  # the *_created series only double the output
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+TOKEN_BUCKETS = (16, 64, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+
+class Metrics:
+    def __init__(self):
+        self.registry = r = CollectorRegistry()
+        self.requests = Counter("nmt_requests", "HTTP requests by route template and status.",
+                                ["route", "method", "status"], registry=r)
+        self.latency = Histogram("nmt_request_seconds", "HTTP request latency by route.", ["route"],
+                                 buckets=LATENCY_BUCKETS, registry=r)
+        self.queue_wait = Histogram("nmt_queue_wait_seconds", "Translate requests: arrival to first batch start.",
+                                    ["model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.compute = Histogram("nmt_compute_seconds", "Translate requests: first batch start to last result.",
+                                 ["model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.queue_depth = Gauge("nmt_queue_depth", "Items waiting for a worker.", registry=r)
+        self.batches_in_flight = Gauge("nmt_batches_in_flight", "Batches running on workers.", registry=r)
+        self.batch_size = Histogram("nmt_batch_size", "Items per batch.", buckets=SIZE_BUCKETS, registry=r)
+        self.batch_tokens = Histogram("nmt_batch_tokens", "Padded source tokens per batch (before beams).",
+                                      buckets=TOKEN_BUCKETS, registry=r)
+        self.items = Counter("nmt_translated_items", "Texts translated.", ["model"], registry=r)
+        self.generated_tokens = Counter("nmt_generated_tokens", "Target tokens of returned hypotheses (EOS "
+                                        "included).", ["model"], registry=r)
+        self.worker_busy = Counter("nmt_worker_busy_seconds", "Seconds each worker spent on batches.", ["worker"],
+                                   registry=r)
+        self.workers_alive = Gauge("nmt_workers_alive", "Workers able to take a batch.", registry=r)
+        self.worker_restarts = Gauge("nmt_worker_restarts", "Worker replacements after a death or hang.",
+                                     registry=r)
+        self.alignments = Gauge("nmt_alignments_stored", "Alignments in the store.", registry=r)
+        self.alignment_bytes = Gauge("nmt_alignment_bytes", "Bytes of stored attention.", registry=r)
+
+
+class MetricsMiddleware:
+    """Counts and times every HTTP request by its route template (a plain ASGI middleware: it
+    leaves `receive` alone, so routes can still watch for a client's disconnect)."""
+
+    def __init__(self, app, metrics: Metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start, status = time.perf_counter(), [500]
+
+        async def send_and_record(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_record)
+        finally:
+            route = getattr(scope.get("route"), "path", None) or "unmatched"  # no raw paths: bounded labels
+            self.metrics.requests.labels(route, scope["method"], str(status[0])).inc()
+            self.metrics.latency.labels(route).observe(time.perf_counter() - start)

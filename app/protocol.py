@@ -1,0 +1,213 @@
+"""Every request and response body of the HTTP API. The OpenAPI schema at /docs is built from
+these, so each field carries its description and an example."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from model.translator import MAX_BEAM
+
+Attention = list[list[list[list[float]]]]
+ATTENTION_DOC = "Cross-attention as [layer][head][target token][source token]; each row sums to 1."
+
+
+class ErrorResponse(BaseModel):
+    error: str = Field(description="What was wrong and what is allowed.",
+                       examples=["beam_size: Input should be less than or equal to 16 (got 32)"])
+
+
+# --- /v1/translate ----------------------------------------------------------------------------
+
+class TranslateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str | list[str] = Field(description="A text, or a list of texts translated independently (results "
+                                  "keep their order).", examples=["Hello world.", ["Open the file.", "Save it."]])
+    source: str = Field(description="Source language code; 'auto' works when exactly one source language is "
+                        "served.", examples=["en"], max_length=32)
+    target: str = Field(description="Target language code.", examples=["de"], max_length=32)
+    beam_size: int = Field(4, ge=1, le=MAX_BEAM, description="Beam width (1 = greedy).", examples=[4])
+    n_best: int = Field(1, ge=1, le=MAX_BEAM, description="Hypotheses per text: the best plus n_best-1 "
+                        "alternatives; at most beam_size.", examples=[1])
+    length_penalty: float = Field(1.0, ge=0.0, le=10.0, description="Score = log-prob / length^length_penalty; "
+                                  "larger favours longer output.", examples=[1.0])
+    max_length: int | None = Field(None, ge=1, le=1024, description="Cap on generated tokens (EOS included); "
+                                   "null: 1.5 x source length + 10, within the model's limit.", examples=[None])
+    alignments: bool = Field(False, description="Store each hypothesis's attention and return an alignment_id "
+                             "for GET /v1/alignments/{id}.", examples=[False])
+    include_attention: bool = Field(False, description="Return the best hypothesis's attention and tokens inline.",
+                                    examples=[False])
+    api_key: str | None = Field(None, description="Needed when the server has API keys (the X-API-Key header "
+                                "works too).", examples=[None])
+
+    @model_validator(mode="after")
+    def _n_best_within_beam(self):
+        if self.n_best > self.beam_size:
+            raise ValueError(f"n_best ({self.n_best}) must be at most beam_size ({self.beam_size})")
+        return self
+
+
+class Alternative(BaseModel):
+    text: str = Field(description="Another hypothesis, in n-best order.", examples=["Hallo, Welt."])
+    score: float = Field(description="Its length-normalised log-probability.", examples=[-0.71])
+    alignment_id: str | None = Field(None, description="Present when alignments were requested.",
+                                     examples=["6f1c0c3d9a7e4b0f8e2d5a1b3c4d5e6f"])
+
+
+class TranslationOut(BaseModel):
+    text: str = Field(description="The best translation.", examples=["Hallo Welt."])
+    score: float = Field(description="Length-normalised log-probability: log_prob / length^length_penalty.",
+                         examples=[-0.42])
+    alternatives: list[Alternative] = Field(description="The other n_best-1 hypotheses, best first.",
+                                            examples=[[]])
+    alignment_id: str | None = Field(None, description="Present when alignments were requested.",
+                                     examples=["0b7c3e5f2a9d4c1e8f6a2b4d6c8e0f1a"])
+    source_tokens: list[str] | None = Field(None, description="Source pieces (columns of attention), with "
+                                            "'</s>'; present with include_attention.",
+                                            examples=[["▁Hello", "▁world", ".", "</s>"]])
+    target_tokens: list[str] | None = Field(None, description="Target pieces (rows of attention), with '</s>' "
+                                            "when the hypothesis ended; present with include_attention.",
+                                            examples=[["▁Hallo", "▁Welt", ".", "</s>"]])
+    attention: Attention | None = Field(None, description=ATTENTION_DOC + " Present with include_attention.",
+                                        examples=[[[[[0.9, 0.1], [0.2, 0.8]]]]])
+
+
+class Timing(BaseModel):
+    queue_ms: float = Field(description="From arrival until the first batch with this request's texts started.",
+                            examples=[3.1])
+    compute_ms: float = Field(description="From then until the last of its texts was translated.",
+                              examples=[41.7])
+    total_ms: float = Field(description="Whole request, validation and serialisation included.", examples=[46.0])
+
+
+class TranslateResponse(BaseModel):
+    model: str = Field(description="Model id: '<source>-<target>'.", examples=["en-de"])
+    translations: list[TranslationOut] = Field(description="One per input text, in input order.")
+    timing: Timing = Field(description="Where the time went.")
+
+
+# --- /v1/alignments ---------------------------------------------------------------------------
+
+class AlignmentResponse(BaseModel):
+    id: str = Field(description="The alignment id.", examples=["0b7c3e5f2a9d4c1e8f6a2b4d6c8e0f1a"])
+    model: str = Field(description="Model id that produced it.", examples=["en-de"])
+    source_tokens: list[str] = Field(description="Columns of attention (pieces, or words with "
+                                     "granularity=word), '</s>' included.", examples=[["▁Hello", "▁world", "</s>"]])
+    target_tokens: list[str] = Field(description="Rows of attention, '</s>' included when the hypothesis ended "
+                                     "with it.", examples=[["▁Hallo", "▁Welt", "</s>"]])
+    layers: int = Field(description="Decoder layers of the model.", examples=[6])
+    heads: int = Field(description="Attention heads per layer.", examples=[8])
+    granularity: Literal["subword", "word"] = Field(description="Token unit of the axes.", examples=["subword"])
+    layer: int | Literal["mean"] | None = Field(description="Layer selection; null: all layers.", examples=["mean"])
+    head: int | Literal["mean"] | None = Field(description="Head selection; null: all heads.", examples=[None])
+    attention: Attention = Field(description=ATTENTION_DOC + " A selected axis has size 1.",
+                                 examples=[[[[[0.9, 0.1], [0.2, 0.8]]]]])
+    hard_alignment: str | None = Field(None, description="Pharaoh pairs 'source-target' (with hard=true): each "
+                                       "target token's most attended source token, '</s>' excluded.",
+                                       examples=["0-0 1-1"])
+
+
+# --- /v1/models, /v1/languages ----------------------------------------------------------------
+
+class ModelConfigSummary(BaseModel):
+    d_model: int = Field(description="Model width.", examples=[512])
+    n_heads: int = Field(description="Attention heads.", examples=[8])
+    d_ff: int = Field(description="Feed-forward width.", examples=[2048])
+    encoder_layers: int = Field(description="Encoder layers.", examples=[6])
+    decoder_layers: int = Field(description="Decoder layers.", examples=[6])
+    src_vocab_size: int = Field(description="Source vocabulary size.", examples=[32000])
+    tgt_vocab_size: int = Field(description="Target vocabulary size.", examples=[32000])
+    max_positions: int = Field(description="Longest source (and target) in tokens.", examples=[1024])
+    norm: str = Field(description="'post' or 'pre' layer norm.", examples=["post"])
+    activation: str = Field(description="Feed-forward activation.", examples=["relu"])
+    share_embeddings: bool = Field(description="One embedding matrix for source and target.", examples=[True])
+
+
+class ModelInfo(BaseModel):
+    id: str = Field(description="Model id.", examples=["en-de"])
+    source: str = Field(description="Source language code.", examples=["en"])
+    target: str = Field(description="Target language code.", examples=["de"])
+    config: ModelConfigSummary = Field(description="Architecture summary.")
+    parameters: int = Field(description="Unique parameters (tied matrices counted once).", examples=[60_000_000])
+    device: str = Field(description="Where its workers run it.", examples=["cpu"])
+    dtype: str = Field(description="Weights dtype.", examples=["float32"])
+    max_source_tokens: int = Field(description="Longest accepted text in source tokens (EOS included).",
+                                   examples=[1024])
+
+
+class ModelsResponse(BaseModel):
+    models: list[ModelInfo] = Field(description="Every served model.")
+
+
+class Language(BaseModel):
+    code: str = Field(description="Language code.", examples=["en"])
+    name: str = Field(description="English name.", examples=["English"])
+    targets: list[str] = Field(description="Codes it can be translated into.", examples=[["de"]])
+
+
+class LanguagePair(BaseModel):
+    source: str = Field(description="Source language code.", examples=["en"])
+    target: str = Field(description="Target language code.", examples=["de"])
+    model: str = Field(description="Model id serving the pair.", examples=["en-de"])
+
+
+class LanguagesResponse(BaseModel):
+    languages: list[Language] = Field(description="Source languages and their targets.")
+    pairs: list[LanguagePair] = Field(description="Served pairs.")
+
+
+# --- LibreTranslate compatibility -------------------------------------------------------------
+
+class LTTranslateRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # LibreTranslate ignores fields it does not know
+
+    q: str | list[str] = Field(description="Text, or list of texts.", examples=["Hello world."])
+    source: str = Field(description="Source language code, or 'auto'.", examples=["en"], max_length=32)
+    target: str = Field(description="Target language code.", examples=["de"], max_length=32)
+    format: Literal["text", "html"] = Field("text", description="'text'; 'html' is not supported yet (400).",
+                                            examples=["text"])
+    alternatives: int = Field(0, ge=0, le=MAX_BEAM - 1, description="Alternative translations to return "
+                              "besides the best.", examples=[0])
+    api_key: str | None = Field(None, description="API key, when the server requires one.", examples=[None])
+
+
+class DetectedLanguage(BaseModel):
+    confidence: float = Field(description="0-100. Not detection: 'auto' resolves only when one source "
+                              "language is served, so it is 100.", examples=[100.0])
+    language: str = Field(description="Language code.", examples=["en"])
+
+
+class LTTranslateResponse(BaseModel):
+    translatedText: str | list[str] = Field(description="Translation (a list when q was a list).",
+                                            examples=["Hallo Welt."])
+    alternatives: list[str] | list[list[str]] | None = Field(None, description="With alternatives > 0: the "
+                                                             "other hypotheses (per text when q was a list).",
+                                                             examples=[["Hallo, Welt."]])
+    detectedLanguage: DetectedLanguage | list[DetectedLanguage] | None = Field(
+        None, description="With source 'auto' (per text when q was a list).",
+        examples=[{"confidence": 100.0, "language": "en"}])
+
+
+# --- health -----------------------------------------------------------------------------------
+
+class Health(BaseModel):
+    status: Literal["ok"] = Field(description="The process is up.", examples=["ok"])
+
+
+class WorkerStatus(BaseModel):
+    index: int = Field(description="Worker number.", examples=[0])
+    device: str = Field(description="Its device.", examples=["cpu"])
+    state: str = Field(description="starting | idle | busy | restarting | failed | stopped.", examples=["idle"])
+    restarts: int = Field(description="Times it was replaced after dying or hanging.", examples=[0])
+    batches: int = Field(description="Batches it ran.", examples=[120])
+    busy_seconds: float = Field(description="Seconds spent on batches.", examples=[3.5])
+    reason: str | None = Field(None, description="Why it is not serving, if so.", examples=[None])
+
+
+class Ready(BaseModel):
+    ready: bool = Field(description="Models loaded and every worker alive.", examples=[True])
+    reason: str | None = Field(None, description="Why not, when not ready.", examples=[None])
+    models: list[str] = Field(description="Served model ids.", examples=[["en-de"]])
+    workers: list[WorkerStatus] = Field(description="Each worker's state.")

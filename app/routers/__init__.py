@@ -1,0 +1,31 @@
+"""One router per resource; this module holds what they share."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from app.protocol import ErrorResponse
+from app.service import Service
+
+_MEANINGS = {
+    400: "Bad input: the message names the field, the problem and what is allowed.",
+    403: "API key missing or wrong.",
+    404: "Not found, or expired.",
+    429: "Too many items waiting; retry later.",
+    503: "A worker failed on this request, or the server is shutting down; retry.",
+    504: "The request's deadline passed.",
+}
+
+
+def errors(*codes: int) -> dict:
+    """OpenAPI entries for the error responses a route can give (all in the one error shape)."""
+    return {code: {"model": ErrorResponse, "description": _MEANINGS[code]} for code in codes}
+
+
+def get_service(request: Request) -> Service:
+    return request.app.state.service
+
+
+ServiceDep = Annotated[Service, Depends(get_service)]

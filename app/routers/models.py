@@ -1,0 +1,35 @@
+"""GET /v1/models and GET /v1/languages: what is served."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from app.protocol import Language, LanguagePair, LanguagesResponse, ModelConfigSummary, ModelInfo, ModelsResponse
+from app.registry import Registry, language_name
+from app.routers import ServiceDep
+
+router = APIRouter(tags=["models"])
+
+
+def languages(registry: Registry) -> list[Language]:
+    """Every served language, with the targets it translates into (none for a target-only one)."""
+    codes = sorted({m.source for m in registry.models.values()} | {m.target for m in registry.models.values()})
+    return [Language(code=c, name=language_name(c), targets=registry.targets(c)) for c in codes]
+
+
+@router.get("/v1/models", response_model=ModelsResponse, summary="Served models")
+async def list_models(service: ServiceDep):
+    s = service.settings
+    return ModelsResponse(models=[
+        ModelInfo(id=m.id, source=m.source, target=m.target, config=ModelConfigSummary(**m.config_summary()),
+                  parameters=m.parameters, device=service.device_kind, dtype=s.dtype,
+                  max_source_tokens=m.max_source_tokens)
+        for m in service.registry.models.values()])
+
+
+@router.get("/v1/languages", response_model=LanguagesResponse, summary="Served languages and pairs")
+async def list_languages(service: ServiceDep):
+    registry = service.registry
+    return LanguagesResponse(
+        languages=languages(registry),
+        pairs=[LanguagePair(source=m.source, target=m.target, model=m.id) for m in registry.models.values()])

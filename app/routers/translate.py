@@ -1,0 +1,63 @@
+"""POST /v1/translate: the native API, with n-best, alignments and attention."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from fastapi import APIRouter, Header, Request
+
+from app.alignments import Alignment
+from app.protocol import Alternative, TranslateRequest, TranslateResponse, TranslationOut, Timing
+from app.routers import ServiceDep, errors
+from app.scheduler import BatchKey
+from app.service import Service
+from model.translator import Translation, TranslationResult
+
+router = APIRouter(tags=["translate"])
+
+
+def finite(score: float) -> float:
+    # JSON has no -inf; a hypothesis that underflowed (fp16) still gets a comparable score
+    return score if math.isfinite(score) else -1e30
+
+
+def rounded(attention) -> list:
+    # 6 decimals (in float64, so they print short): a third of the JSON, the same picture
+    return attention.double().round(decimals=6).tolist()
+
+
+def translation_out(service: Service, model_id: str, result: TranslationResult, body: TranslateRequest):
+    def alignment_id(h: Translation) -> str | None:
+        if not body.alignments:
+            return None
+        return service.store.put(Alignment(model_id, result.source_tokens, h.target_tokens, h.attention))
+
+    best, *others = result.hypotheses
+    out = TranslationOut(
+        text=best.text, score=finite(best.score), alignment_id=alignment_id(best),
+        alternatives=[Alternative(text=h.text, score=finite(h.score), alignment_id=alignment_id(h)) for h in others])
+    if body.include_attention:
+        out.source_tokens, out.target_tokens = result.source_tokens, best.target_tokens
+        out.attention = rounded(best.attention)
+    return out
+
+
+@router.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_none=True,
+             responses=errors(400, 403, 429, 503, 504), summary="Translate one text or a list of texts")
+async def translate(body: TranslateRequest, request: Request, service: ServiceDep,
+                    x_api_key: str | None = Header(None, description="API key (alternative to body api_key).",
+                                                   examples=["my-key"])):
+    """Texts are batched with other requests' texts decoded with the same options; the response
+    holds exactly this request's translations, in input order."""
+    start = time.perf_counter()
+    service.check_api_key(body.api_key or x_api_key)
+    model, _ = service.resolve(body.source, body.target)
+    sources = service.encode(model, [body.text] if isinstance(body.text, str) else body.text, "text")
+    key = BatchKey(model.id, body.beam_size, body.n_best, body.length_penalty, body.max_length,
+                   attention=body.alignments or body.include_attention)
+    outcome = await service.translate(request, key, sources)
+    translations = [translation_out(service, model.id, r, body) for r in outcome.results]
+    timing = Timing(queue_ms=round(outcome.queue_s * 1000, 2), compute_ms=round(outcome.compute_s * 1000, 2),
+                    total_ms=round((time.perf_counter() - start) * 1000, 2))
+    return TranslateResponse(model=model.id, translations=translations, timing=timing)

@@ -1,0 +1,237 @@
+"""Dynamic batching: which items run together, and when.
+
+A request becomes a Job of items (one per text). Items wait in one FIFO per BatchKey (the model
+and every decoding option, because only items decoded the same way can share a beam search).
+When a worker slot is free, the key whose oldest item is oldest goes first, provided it holds a
+full token budget or that item has waited max_wait; items leave in arrival order up to the
+budget. So one job's items may run in several batches, even on several workers at once, and
+each result is put back at its item's index: a job resolves with its own results, in order.
+A batch that fails is retried request by request, so one bad input fails only its own request.
+
+The scheduler knows nothing of models or processes: it awaits `run_batch(key, sources)`, which
+must return one result per source. Tested alone with a fake run_batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class BatchKey:
+    """What items must share to be decoded in one batch."""
+
+    model: str
+    beam_size: int = 4
+    n_best: int = 1
+    length_penalty: float = 1.0
+    max_length: int | None = None
+    attention: bool = False
+
+
+class QueueFull(Exception):
+    pass
+
+
+class ShuttingDown(Exception):
+    pass
+
+
+class Job:
+    """One request's items; `future` resolves to their results in order, or to the batch's error."""
+
+    def __init__(self, key: BatchKey, sources: list[list[int]]):
+        self.key, self.sources = key, sources
+        self.results: list[Any] = [None] * len(sources)
+        self.remaining = len(sources)
+        self.future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        self.arrived = time.monotonic()
+        self.started: float | None = None  # when its first batch began
+        self.finished: float | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.future.done()
+
+    def deliver(self, index: int, result: Any) -> None:
+        if self.done:  # cancelled or failed meanwhile: nobody waits for it
+            return
+        self.results[index] = result
+        self.remaining -= 1
+        if not self.remaining:
+            self.finished = time.monotonic()
+            self.future.set_result(self.results)
+
+    def fail(self, error: BaseException) -> None:
+        if not self.done:
+            self.finished = time.monotonic()
+            self.future.set_exception(error)
+
+
+@dataclass
+class _Item:
+    job: Job
+    index: int
+    cost: int  # source tokens x beams
+
+    @property
+    def length(self) -> int:
+        return len(self.job.sources[self.index])
+
+
+class Scheduler:
+    def __init__(self, run_batch: Callable[[BatchKey, list[list[int]]], Awaitable[list[Any]]], slots: int,
+                 batch_tokens: int, max_wait_s: float, max_queue_items: int = 1 << 30,
+                 on_batch: Callable[[BatchKey, int, int], None] | None = None):
+        self.run_batch, self.slots = run_batch, slots
+        self.batch_tokens, self.max_wait_s, self.max_queue_items = batch_tokens, max_wait_s, max_queue_items
+        self.on_batch = on_batch  # (key, items, padded tokens) of every batch started
+        self.queues: dict[BatchKey, deque[_Item]] = {}
+        self.queued_cost: dict[BatchKey, int] = {}
+        self.queued = 0
+        self.in_flight = 0
+        self.batches_run = 0
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._task: asyncio.Task | None = None
+        self._running: set[asyncio.Task] = set()
+
+    def submit(self, key: BatchKey, sources: list[list[int]]) -> Job:
+        if self._closing:
+            raise ShuttingDown("the server is shutting down")
+        if self.queued + len(sources) > self.max_queue_items:
+            raise QueueFull(f"{self.queued} items are waiting (limit {self.max_queue_items}); retry later")
+        job = Job(key, sources)
+        queue = self.queues.setdefault(key, deque())
+        for i, s in enumerate(sources):
+            item = _Item(job, i, len(s) * key.beam_size)
+            queue.append(item)
+            self.queued_cost[key] = self.queued_cost.get(key, 0) + item.cost
+        self.queued += len(sources)
+        self._wake.set()
+        return job
+
+    def cancel(self, job: Job) -> None:
+        """Drop a job (deadline passed, client gone): its queued items are never computed."""
+        job.future.cancel()
+        self._drop_queued(job)
+
+    def _drop_queued(self, job: Job) -> None:
+        queue = self.queues.get(job.key)
+        if not queue:
+            return
+        kept = deque(item for item in queue if item.job is not job)
+        self.queued -= len(queue) - len(kept)
+        self.queued_cost[job.key] = sum(item.cost for item in kept)
+        if kept:
+            self.queues[job.key] = kept
+        else:
+            del self.queues[job.key], self.queued_cost[job.key]
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="scheduler")
+
+    async def stop(self, timeout: float) -> None:
+        """Run what is queued and in flight (for at most timeout seconds), then fail the rest."""
+        self._closing = True
+        self._wake.set()
+        if self._task is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), timeout)
+        except asyncio.TimeoutError:
+            self._task.cancel()
+            for task in list(self._running):
+                task.cancel()
+            for queue in self.queues.values():
+                for item in queue:
+                    item.job.fail(ShuttingDown("the server shut down before this request ran"))
+            self.queues.clear()
+
+    async def _loop(self) -> None:
+        while True:
+            self._wake.clear()
+            now = time.monotonic()
+            while self.in_flight < self.slots and (key := self._ready_key(now)) is not None:
+                self._launch(key, self._take(key))
+            if self._closing and not self.queues and not self.in_flight:
+                return
+            timeout = None
+            if self.queues and self.in_flight < self.slots:
+                oldest = min(q[0].job.arrived for q in self.queues.values())
+                timeout = max(0.0, oldest + self.max_wait_s - now)
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+
+    def _ready_key(self, now: float) -> BatchKey | None:
+        """Among keys with a full budget or an item past max_wait, the one with the oldest item."""
+        best, best_arrived = None, None
+        for key, queue in self.queues.items():
+            arrived = queue[0].job.arrived
+            if (self._closing or self.queued_cost[key] >= self.batch_tokens
+                    or now - arrived >= self.max_wait_s) and (best is None or arrived < best_arrived):
+                best, best_arrived = key, arrived
+        return best
+
+    def _take(self, key: BatchKey) -> list[_Item]:
+        """Items in arrival order while items x longest source x beams fits the budget (at least one)."""
+        queue, batch, longest = self.queues[key], [], 0
+        while queue:
+            new_longest = max(longest, queue[0].length)
+            if batch and (len(batch) + 1) * new_longest * key.beam_size > self.batch_tokens:
+                break
+            item = queue.popleft()
+            batch.append(item)
+            longest = new_longest
+            self.queued_cost[key] -= item.cost
+        self.queued -= len(batch)
+        if not queue:
+            del self.queues[key], self.queued_cost[key]
+        return batch
+
+    def _launch(self, key: BatchKey, batch: list[_Item]) -> None:
+        self.in_flight += 1
+        self.batches_run += 1
+        if self.on_batch:
+            self.on_batch(key, len(batch), len(batch) * max(item.length for item in batch))
+        task = asyncio.create_task(self._run(key, batch))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    async def _run(self, key: BatchKey, batch: list[_Item]) -> None:
+        start = time.monotonic()
+        for item in batch:
+            if item.job.started is None:
+                item.job.started = start
+        try:
+            await self._compute(key, batch, isolate=True)
+        finally:
+            self.in_flight -= 1
+            self._wake.set()
+
+    async def _compute(self, key: BatchKey, batch: list[_Item], isolate: bool) -> None:
+        try:
+            results = await self.run_batch(key, [item.job.sources[item.index] for item in batch])
+            if len(results) != len(batch):
+                raise RuntimeError(f"run_batch returned {len(results)} results for {len(batch)} sources")
+        except Exception as e:
+            jobs = [job for job in {id(item.job): item.job for item in batch}.values() if not job.done]
+            if isolate and len(jobs) > 1:
+                # One request's input may be what failed: run each request's items alone, once,
+                # so that only the requests that fail on their own get the error.
+                for job in jobs:
+                    await self._compute(key, [item for item in batch if item.job is job], isolate=False)
+                return
+            for job in jobs:  # the rest of a failed job is dropped, not computed
+                job.fail(e)
+                self._drop_queued(job)
+        else:
+            for item, result in zip(batch, results):
+                item.job.deliver(item.index, result)

@@ -1,0 +1,166 @@
+"""What the routes share: the served models, the scheduler, the workers, the alignment store.
+
+A route validates, then calls `translate`, which tokenizes (counting tokens against the model's
+limit), enqueues one Job and waits for it, for the request's deadline or the client's
+disconnect, whichever comes first; both drop the job's queued items.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+from starlette.requests import Request
+
+from app.alignments import AlignmentStore
+from app.errors import ApiError
+from app.metrics import Metrics
+from app.registry import Registry, ServedModel
+from app.scheduler import BatchKey, Job, QueueFull, Scheduler, ShuttingDown
+from app.settings import Settings
+from app.worker import WorkerError, WorkerPool
+from model.translator import TranslationResult
+
+log = logging.getLogger("uvicorn.error")  # uvicorn configures this one; it is its server log
+
+
+@dataclass
+class Outcome:
+    results: list[TranslationResult]
+    queue_s: float
+    compute_s: float
+
+
+async def _client_gone(request: Request) -> None:
+    """Returns when the client disconnects (the body is already read, so only that can come)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+class Service:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.metrics = Metrics()
+        self.store = AlignmentStore(settings.alignment_max_items, settings.alignment_max_bytes,
+                                    settings.alignment_ttl_s)
+        self.registry: Registry | None = None
+        self.pool: WorkerPool | None = None
+        self.scheduler: Scheduler | None = None
+        self.device_kind = "cpu"
+        self.started = False
+
+    async def start(self) -> None:
+        s = self.settings
+        self.registry = Registry.load(s.model_dirs)
+        cuda = torch.cuda.device_count() if s.device != "cpu" else 0
+        self.device_kind, devices, threads = s.worker_layout(cuda)
+        m = self.metrics
+        self.pool = WorkerPool(
+            {model_id: str(model.directory) for model_id, model in self.registry.models.items()}, devices,
+            threads=threads, dtype=s.dtype, batch_tokens=s.batch_tokens, batch_timeout_s=s.request_timeout_s + 30,
+            start_timeout_s=s.worker_start_timeout_s, fault_injection=s.fault_injection,
+            on_busy=lambda index, seconds: m.worker_busy.labels(str(index)).inc(seconds))
+        self.scheduler = Scheduler(self.pool.run, slots=len(devices), batch_tokens=s.batch_tokens,
+                                   max_wait_s=s.max_wait_ms / 1000, max_queue_items=s.max_queue_items,
+                                   on_batch=self._observe_batch)
+        m.queue_depth.set_function(lambda: self.scheduler.queued)
+        m.batches_in_flight.set_function(lambda: self.scheduler.in_flight)
+        m.workers_alive.set_function(lambda: sum(w.alive for w in self.pool.workers))
+        m.worker_restarts.set_function(lambda: sum(w.restarts for w in self.pool.workers))
+        m.alignments.set_function(lambda: len(self.store))
+        m.alignment_bytes.set_function(lambda: self.store.bytes)
+        self.pool.start()
+        self.scheduler.start()
+        self.started = True
+        log.info("serving %s on %d %s worker(s) x %d thread(s)", self.registry.pairs(), len(devices),
+                 self.device_kind, threads)
+
+    async def stop(self) -> None:
+        """Finish queued and in-flight work (within shutdown_timeout_s), then stop the workers."""
+        if self.scheduler:
+            await self.scheduler.stop(self.settings.shutdown_timeout_s)
+        if self.pool:
+            await self.pool.stop()
+
+    def _observe_batch(self, key: BatchKey, items: int, tokens: int) -> None:
+        self.metrics.batch_size.observe(items)
+        self.metrics.batch_tokens.observe(tokens)
+
+    def ready(self) -> tuple[bool, str]:
+        if not self.started:
+            return False, "models not loaded yet"
+        return self.pool.status()
+
+    def check_api_key(self, key: str | None) -> None:
+        keys = self.settings.api_keys
+        if not keys:
+            return
+        if not key:
+            raise ApiError(403, "an API key is required: pass api_key in the body or an X-API-Key header")
+        if not any(hmac.compare_digest(key.encode(), k.encode()) for k in keys):
+            raise ApiError(403, "Invalid API key")
+
+    def resolve(self, source: str, target: str) -> tuple[ServedModel, bool]:
+        try:
+            return self.registry.resolve(source, target)
+        except ValueError as e:
+            raise ApiError(400, str(e)) from None
+
+    def encode(self, model: ServedModel, texts: list[str], field: str) -> list[list[int]]:
+        """Token ids of each text, or a 400 naming the text and the limit it breaks (never truncated)."""
+        s = self.settings
+        if not texts:
+            raise ApiError(400, f"{field}: give at least one text")
+        if len(texts) > s.max_items:
+            raise ApiError(400, f"{field}: {len(texts)} texts; at most {s.max_items} per request")
+        sources = []
+        for i, text in enumerate(texts):
+            name = f"{field}[{i}]" if len(texts) > 1 else field
+            if not text.strip():
+                raise ApiError(400, f"{name} is empty")
+            if len(text) > s.max_chars:
+                raise ApiError(400, f"{name} has {len(text)} characters; at most {s.max_chars}")
+            ids = model.encode(text)
+            if len(ids) > model.max_source_tokens:
+                raise ApiError(400, f"{name} has {len(ids)} tokens (end of sentence included); model {model.id} "
+                               f"accepts at most {model.max_source_tokens}: split the text")
+            sources.append(ids)
+        return sources
+
+    async def translate(self, request: Request, key: BatchKey, sources: list[list[int]]) -> Outcome:
+        try:
+            job = self.scheduler.submit(key, sources)
+        except QueueFull as e:
+            raise ApiError(429, f"too busy: {e}") from None
+        except ShuttingDown as e:
+            raise ApiError(503, str(e)) from None
+        gone = asyncio.create_task(_client_gone(request))
+        timeout = self.settings.request_timeout_s - (time.monotonic() - job.arrived)
+        try:
+            done, _ = await asyncio.wait({job.future, gone}, timeout=timeout,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if job.future not in done:
+            self.scheduler.cancel(job)
+            if gone in done:
+                raise ApiError(499, "client disconnected")  # nobody reads it; recorded in metrics
+            raise ApiError(504, f"translation did not finish within {self.settings.request_timeout_s:g} s "
+                           "(NMT_REQUEST_TIMEOUT_S); retry, or send fewer or shorter texts")
+        try:
+            results = job.future.result()
+        except (WorkerError, ShuttingDown) as e:
+            raise ApiError(503, f"translation failed: {e}; retry") from None
+        queue_s = job.started - job.arrived
+        compute_s = job.finished - job.started
+        m = self.metrics
+        m.queue_wait.labels(key.model).observe(queue_s)
+        m.compute.labels(key.model).observe(compute_s)
+        m.items.labels(key.model).inc(len(results))
+        m.generated_tokens.labels(key.model).inc(
+            sum(len(h.token_ids) + h.ended_with_eos for r in results for h in r.hypotheses))
+        return Outcome(results, queue_s, compute_s)

@@ -1,0 +1,81 @@
+"""Every knob of the service, read from the environment (prefix NMT_).
+
+Lists (NMT_MODEL_DIRS, NMT_CORS_ORIGINS, NMT_API_KEYS) take a JSON list or a comma-separated string.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+CommaList = Annotated[list[str], NoDecode]
+
+
+def _split(value):
+    if isinstance(value, str):
+        value = value.strip()
+        if value.startswith("["):
+            return json.loads(value)
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="NMT_", extra="ignore")
+
+    model_dirs: CommaList = Field(["checkpoints/en-de"], description="Checkpoint directories to serve, one per "
+                                  "language pair; the model id is '<source_lang>-<target_lang>' from metadata.json.")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="'auto' takes CUDA when available.")
+    dtype: Literal["float32", "float16", "bfloat16"] = Field("float32", description="Weights and activations dtype.")
+    workers: int = Field(0, ge=0, le=64, description="Model worker processes. 0: one per GPU on CUDA; on CPU, "
+                         "cores // threads_per_worker.")
+    threads_per_worker: int = Field(0, ge=0, le=256, description="torch intra-op threads in each CPU worker. "
+                                    "0: 1 when the machine has at most 4 cores, else 4.")
+    batch_tokens: int = Field(4096, ge=16, description="Token budget of one batch: items x padded source length "
+                              "x beam size.")
+    max_wait_ms: float = Field(5.0, ge=0, le=10_000, description="Longest an item waits for company before its "
+                               "batch runs anyway.")
+    max_items: int = Field(64, ge=1, description="Most texts in one request.")
+    max_chars: int = Field(5000, ge=1, description="Most characters in one text (the model's token limit applies "
+                           "too).")
+    max_queue_items: int = Field(4096, ge=1, description="Most items waiting for a worker; beyond it requests get "
+                                 "429.")
+    request_timeout_s: float = Field(30.0, gt=0, description="Deadline of one translate request; past it, 504.")
+    default_beam_size: int = Field(4, ge=1, le=16, description="Beam size of LibreTranslate-compatible calls.")
+    alignment_max_items: int = Field(10_000, ge=0, description="Most stored alignments.")
+    alignment_max_bytes: int = Field(256 * 2**20, ge=0, description="Most bytes of stored attention arrays.")
+    alignment_ttl_s: float = Field(3600.0, gt=0, description="Seconds a stored alignment lives.")
+    cors_origins: CommaList = Field([], description="Origins allowed by CORS ('*' for any); empty: CORS off.")
+    api_keys: CommaList = Field([], description="When set, every translate call needs one of these keys (body "
+                                "'api_key', header 'X-API-Key' or 'Authorization: Bearer').")
+    host: str = Field("127.0.0.1", description="Bind address of `nmt serve`.")
+    port: int = Field(8000, ge=0, le=65535, description="Port of `nmt serve`.")
+    worker_start_timeout_s: float = Field(600.0, gt=0, description="Longest a worker may take to load its models.")
+    shutdown_timeout_s: float = Field(30.0, ge=0, description="On shutdown, longest to wait for queued work.")
+    fault_injection: bool = Field(False, description="Test only: workers fail on magic inputs (see app/worker.py).")
+
+    @field_validator("model_dirs", "cors_origins", "api_keys", mode="before")
+    @classmethod
+    def _lists(cls, value):
+        return _split(value)
+
+    def worker_layout(self, cuda_devices: int) -> tuple[str, list[str], int]:
+        """(device kind, one device string per worker, threads per worker).
+
+        On CUDA one worker owns each GPU: a second process on the same GPU would only contend
+        for it. On CPU the split between processes and threads is the operator's choice.
+        """
+        kind = "cuda" if self.device == "cuda" or (self.device == "auto" and cuda_devices) else "cpu"
+        if kind == "cuda":
+            if not cuda_devices:
+                raise ValueError("NMT_DEVICE=cuda but no CUDA device is visible")
+            count = self.workers or cuda_devices
+            return kind, [f"cuda:{i % cuda_devices}" for i in range(count)], self.threads_per_worker or 1
+        cores = os.cpu_count() or 1
+        threads = self.threads_per_worker or (1 if cores <= 4 else 4)
+        count = self.workers or max(1, cores // threads)
+        return kind, ["cpu"] * count, threads

@@ -1,0 +1,256 @@
+"""Model workers: one process per model replica; each owns its device and a copy of every model.
+
+Why processes, for CPU and CUDA alike (one mechanism): torch's intra-op thread count is per
+process, so CPU replicas with their own thread count (on 2 cores, 2 workers x 1 thread can beat
+1 x 2) must be processes; on CUDA a process per GPU keeps device work out of the server process,
+and a crash (segfault, OOM kill, CUDA error) takes down one replica, which is restarted, not the
+server. Processes are spawned (fork is unsafe with CUDA and with torch's thread pools).
+
+Each worker talks to the server over a pipe: one batch in, its results out. Messages are pickled
+with the plain pickler, so tensors travel as bytes instead of shared-memory handles (which need
+file-descriptor passing). The server side, WorkerPool, hands each batch to an idle worker and
+turns a worker's exception into an error for that batch only; a worker that dies or hangs is
+replaced, and `status()` says so meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import pickle
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.scheduler import BatchKey
+
+# Test-only faults (NMT_FAULT_INJECTION=true): a source containing one of these words makes the
+# worker raise, exit abruptly, or stall for a second.
+FAULT_RAISE, FAULT_EXIT, FAULT_SLOW = "boomboom", "crashcrash", "sleepsleep"
+
+log = logging.getLogger("uvicorn.error")
+
+
+class WorkerError(Exception):
+    """The batch failed in a worker (it raised, died or hung); only that batch's requests fail."""
+
+
+def _send(conn, message) -> None:
+    conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _recv(conn):
+    return pickle.loads(conn.recv_bytes())
+
+
+def _inject_faults(translator, sources: list[list[int]]) -> None:
+    for ids in sources:
+        text = "".join(translator.tokenizer.source_pieces(ids))
+        if FAULT_RAISE in text:
+            raise RuntimeError("injected fault")
+        if FAULT_EXIT in text:
+            os._exit(3)
+        if FAULT_SLOW in text:
+            time.sleep(1.0)
+
+
+def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: int, batch_tokens: int,
+                fault_injection: bool) -> None:
+    """Process entry point: load every model, then translate batches until told to stop."""
+    # Ctrl-C reaches the whole process group; the server decides when workers stop, after
+    # finishing in-flight work.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    import torch
+
+    from model.translator import Translator
+
+    torch.set_num_threads(threads)
+    try:
+        translators = {model_id: Translator(d, device=device, dtype=dtype) for model_id, d in models.items()}
+    except Exception as e:
+        _send(conn, ("failed", f"loading models failed: {type(e).__name__}: {e}"))
+        return
+    _send(conn, ("ready", os.getpid()))
+    while True:
+        try:
+            message = _recv(conn)
+        except EOFError:  # the server is gone
+            message = None
+        if message is None:
+            # nothing to flush or save; skipping interpreter teardown (~0.5 s with torch) makes
+            # shutdown and restarts quicker
+            os._exit(0)
+        key, sources = message
+        start = time.perf_counter()
+        try:
+            translator = translators[key.model]
+            if fault_injection:
+                _inject_faults(translator, sources)
+            results = translator.translate(sources, beam_size=key.beam_size, n_best=key.n_best,
+                                           length_penalty=key.length_penalty, max_length=key.max_length,
+                                           return_attention=key.attention, batch_tokens=batch_tokens)
+        except Exception as e:
+            if device.startswith("cuda"):
+                torch.cuda.empty_cache()  # after an OOM, give the next batch the memory back
+            _send(conn, ("error", f"{type(e).__name__}: {e}"))
+        else:
+            _send(conn, ("ok", results, time.perf_counter() - start))
+
+
+@dataclass
+class Worker:
+    index: int
+    device: str
+    state: str = "stopped"  # starting | idle | busy | restarting | failed | stopped
+    reason: str = ""
+    restarts: int = 0
+    process: Any = None
+    conn: Any = None
+    busy_seconds: float = 0.0
+    batches: int = 0
+
+    @property
+    def alive(self) -> bool:
+        return self.state in ("idle", "busy")
+
+    def roundtrip(self, message):
+        _send(self.conn, message)
+        return _recv(self.conn)
+
+
+@dataclass
+class WorkerPool:
+    models: dict[str, str]  # model id -> checkpoint directory
+    devices: list[str]  # one per worker
+    threads: int = 1
+    dtype: str = "float32"
+    batch_tokens: int = 4096
+    batch_timeout_s: float = 60.0  # a batch running longer is taken as a hung worker
+    start_timeout_s: float = 600.0
+    fault_injection: bool = False
+    on_busy: Any = None  # callable(worker index, seconds) after every batch
+    workers: list[Worker] = field(init=False)
+
+    def __post_init__(self):
+        self.workers = [Worker(i, d) for i, d in enumerate(self.devices)]
+        self._idle: asyncio.Queue[Worker] = asyncio.Queue()
+        # one thread per worker blocks on its pipe, so the event loop never does
+        self._io = ThreadPoolExecutor(max_workers=len(self.workers), thread_name_prefix="nmt-worker-pipe")
+        self._context = multiprocessing.get_context("spawn")
+        self._tasks: set[asyncio.Task] = set()
+        self._stopping = False
+
+    def start(self) -> None:
+        """Spawn every worker; returns at once (`status()` reports loading)."""
+        for w in self.workers:
+            self._background(self._boot(w))
+
+    def _background(self, coroutine) -> None:
+        task = asyncio.create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _boot(self, w: Worker) -> None:
+        """Start (or restart) a worker's process, retrying with backoff while loading fails."""
+        delay = 1.0
+        while not self._stopping:
+            w.state = "starting" if w.state in ("stopped", "starting") else "restarting"
+            try:
+                reply = await self._spawn(w)
+            except Exception as e:  # e.g. spawn refused: never leave the worker "starting" silently
+                reply = ("failed", f"could not start: {type(e).__name__}: {e}")
+            if reply[0] == "ready":
+                w.state, w.reason = "idle", ""
+                self._idle.put_nowait(w)
+                return
+            self._kill(w)
+            w.state, w.reason = "failed", reply[1]
+            log.error("worker %d: %s; retrying in %.0f s", w.index, w.reason, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+
+    async def _spawn(self, w: Worker):
+        """Start w's process; returns its first message: ("ready", pid) or ("failed", why)."""
+        parent, child = self._context.Pipe()
+        w.conn = parent
+        w.process = self._context.Process(
+            target=worker_main, name=f"nmt-worker-{w.index}", daemon=True,
+            args=(child, self.models, w.device, self.dtype, self.threads, self.batch_tokens, self.fault_injection))
+        w.process.start()
+        child.close()  # so that recv sees EOF when the process dies
+        loop = asyncio.get_running_loop()
+        try:
+            return await asyncio.wait_for(loop.run_in_executor(self._io, _recv, parent), self.start_timeout_s)
+        except asyncio.TimeoutError:
+            return "failed", f"did not load within {self.start_timeout_s:.0f} s"
+        except (EOFError, OSError):
+            w.process.join(5)
+            return "failed", f"exited while loading (exit code {w.process.exitcode})"
+
+    def _kill(self, w: Worker) -> None:
+        if w.process is not None and w.process.pid is not None and w.process.is_alive():
+            w.process.kill()
+            w.process.join(5)
+        if w.conn is not None:
+            w.conn.close()
+
+    async def run(self, key: BatchKey, sources: list[list[int]]) -> list:
+        """Translate one batch on the next idle worker (waiting for one while all are busy)."""
+        w = await self._idle.get()
+        w.state = "busy"
+        start = time.monotonic()
+        call = asyncio.get_running_loop().run_in_executor(self._io, w.roundtrip, (key, sources))
+        call.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved even if abandoned
+        try:
+            reply = await asyncio.wait_for(asyncio.shield(call), self.batch_timeout_s)
+        except (EOFError, OSError, asyncio.TimeoutError) as e:
+            hung = isinstance(e, asyncio.TimeoutError)
+            self._kill(w)  # a hung worker must go; the pipe thread then sees EOF
+            w.restarts += 1
+            w.state = "restarting"
+            w.reason = (f"worker {w.index} hung for {self.batch_timeout_s:.0f} s and was killed" if hung
+                        else f"worker {w.index} exited (exit code {w.process.exitcode})")
+            log.error("%s; restarting it", w.reason)
+            self._background(self._boot(w))
+            raise WorkerError(w.reason) from e
+        finally:
+            w.busy_seconds += time.monotonic() - start
+            w.batches += 1
+            if self.on_busy:
+                self.on_busy(w.index, time.monotonic() - start)
+        w.state = "idle"
+        self._idle.put_nowait(w)
+        if reply[0] == "error":
+            raise WorkerError(f"worker {w.index}: {reply[1]}")
+        return reply[1]
+
+    def status(self) -> tuple[bool, str]:
+        """(all workers alive, why not)."""
+        down = [w for w in self.workers if not w.alive]
+        reasons = [f"worker {w.index} ({w.device}) {w.state}" + (f": {w.reason}" if w.reason else "")
+                   for w in down]
+        return not down, "; ".join(reasons)
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        """Tell idle workers to exit; kill any still running after timeout (the scheduler has
+        drained by now, so only a batch past its shutdown deadline is cut off)."""
+        self._stopping = True
+        for task in list(self._tasks):
+            task.cancel()
+        started = [w for w in self.workers if w.process is not None and w.process.pid is not None]
+        for w in started:
+            if w.state == "idle":
+                try:
+                    _send(w.conn, None)
+                except OSError:
+                    pass
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.run_in_executor(None, w.process.join, timeout) for w in started))
+        for w in started:
+            self._kill(w)
+            w.state = "stopped"
+        self._io.shutdown(wait=False, cancel_futures=True)

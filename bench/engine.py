@@ -1,0 +1,402 @@
+"""Decoding speed on the same weights: ours (`Translator` / `beam_search`), Hugging Face
+`MarianMTModel.generate`, and CTranslate2.
+
+    python bench/engine.py --shape small
+    python bench/engine.py --shape base --beams 4 --batches 32
+    python bench/engine.py --model checkpoints/en-de --engines ours,ct2
+
+A random MarianMT model of the chosen shape is built once (cached under --workdir), saved as a
+HF directory with tokenizer files, imported into our format (`model.marian.import_marian`)
+and converted for CTranslate2 (`TransformersConverter`). Every engine then decodes the same
+random 25-token sources (EOS included).
+
+Equal work: every engine must produce exactly --tgt-len target tokens per sentence (EOS never
+wins): HF with `min_new_tokens` = `max_new_tokens`, CTranslate2 with `min_decoding_length` =
+`max_decoding_length`, ours by setting the output bias of EOS to -1e4 in the loaded model
+(its `output_proj.bias`; one is added when a checkpoint has none) with `max_length` = --tgt-len.
+Each row's outputs are checked for that length. tokens/s counts source + target tokens of the
+batch (beams do not multiply it). Each row: one warm-up, then --repeat timed runs, median;
+torch threads (ours, HF) and CTranslate2 intra_threads are set per row. The timed runs of all
+engines for one (threads, beam, batch) row are interleaved, so background load hits them alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+warnings.filterwarnings("ignore", message=".*(quantiz|sacremoses).*")  # torch.ao deprecation notes; tokenizer hint
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from model.checkpoint import load_checkpoint  # noqa: E402
+from model.transformer import sinusoidal_positions  # noqa: E402
+from model.translator import Translator  # noqa: E402
+
+SHAPES = {
+    # OPUS-MT base: transformer-align, swish, shared vocabulary (real ones have ~58k pieces)
+    "base": dict(d_model=512, heads=8, ffn=2048, layers=6, vocab=32000),
+    "small": dict(d_model=256, heads=4, ffn=1024, layers=3, vocab=32000),
+}
+EOS, UNK = 0, 1
+
+
+# ---- building the models ------------------------------------------------------------------
+
+
+def _train_spm(directory: Path) -> Path:
+    import sentencepiece as spm
+
+    directory.mkdir(parents=True, exist_ok=True)
+    text = directory / "text.txt"
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "theta", "kappa", "lambda", "sigma"]
+    text.write_text("\n".join(" ".join(words[(i * 7 + j) % 10] for j in range(12)) for i in range(200)) + "\n")
+    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(directory / "spm"), vocab_size=40,
+                                   model_type="unigram", hard_vocab_limit=False, minloglevel=2)
+    return directory / "spm.model"
+
+
+def build_hf_model(directory: Path, shape: str, seed: int = 0) -> Path:
+    """A random MarianMTModel of `shape` saved with the tokenizer files HF/CTranslate2 want."""
+    from transformers import MarianConfig, MarianMTModel
+
+    s = SHAPES[shape]
+    pad = s["vocab"] - 1
+    config = MarianConfig(
+        vocab_size=s["vocab"], d_model=s["d_model"], encoder_layers=s["layers"], decoder_layers=s["layers"],
+        encoder_attention_heads=s["heads"], decoder_attention_heads=s["heads"], encoder_ffn_dim=s["ffn"],
+        decoder_ffn_dim=s["ffn"], max_position_embeddings=512, activation_function="swish", scale_embedding=True,
+        share_encoder_decoder_embeddings=True, tie_word_embeddings=True, pad_token_id=pad, eos_token_id=EOS,
+        decoder_start_token_id=pad, forced_eos_token_id=None, init_std=0.05,
+    )
+    torch.manual_seed(seed)
+    model = MarianMTModel(config).eval()
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory)
+    spm_path = _train_spm(directory / "spm")
+    for name in ("source.spm", "target.spm"):
+        (directory / name).write_bytes(spm_path.read_bytes())
+    vocab = {"</s>": EOS, "<unk>": UNK}
+    for i in range(2, pad):
+        vocab[f"\u2581w{i}"] = i
+    vocab["<pad>"] = pad
+    (directory / "vocab.json").write_text(json.dumps(vocab))
+    (directory / "tokenizer_config.json").write_text(json.dumps(
+        {"separate_vocabs": False, "source_lang": "xx", "target_lang": "yy", "tokenizer_class": "MarianTokenizer"}))
+    return directory
+
+
+def prepare(workdir: Path, shape: str, need_ct2: bool) -> dict[str, Path]:
+    """Build (or reuse) the HF directory, our import and the CTranslate2 conversion."""
+    from model.marian import import_marian
+
+    d = workdir / shape
+    paths = {"hf": d / "hf", "ours": d / "ours", "ct2": d / "ct2"}
+    if not (paths["hf"] / "model.safetensors").is_file():
+        print(f"building a random {shape} MarianMT model in {paths['hf']}", file=sys.stderr)
+        build_hf_model(paths["hf"], shape)
+    if not (paths["ours"] / "model.safetensors").is_file():
+        import_marian(paths["hf"], paths["ours"])
+    if need_ct2 and not (paths["ct2"] / "model.bin").is_file():
+        import ctranslate2
+
+        ctranslate2.converters.TransformersConverter(str(paths["hf"])).convert(str(paths["ct2"]), force=True)
+    return paths
+
+
+def our_checkpoint_to_ct2(ckpt: Path, out: Path) -> Path:
+    """Write one of our checkpoints as a CTranslate2 model (fused QKV / KV layouts map 1:1)."""
+    import ctranslate2
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    model, tokenizer, _ = load_checkpoint(ckpt)
+    c = model.config
+    acts = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU,
+            "swish": common_spec.Activation.SWISH}
+    spec = transformer_spec.TransformerSpec.from_config(
+        (c.encoder_layers, c.decoder_layers), c.n_heads, pre_norm=c.norm == "pre", activation=acts[c.activation])
+    sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+
+    def linear(s, name, bias=True):
+        s.weight = sd[f"{name}.weight"]
+        if bias and f"{name}.bias" in sd:
+            s.bias = sd[f"{name}.bias"]
+
+    def norm(s, name):
+        s.gamma, s.beta = sd[f"{name}.weight"], sd[f"{name}.bias"]
+
+    table = sinusoidal_positions(c.max_positions, c.d_model).numpy()
+    for side, stack, embed in (("encoder", spec.encoder, "src_embed"), ("decoder", spec.decoder, "tgt_embed")):
+        stack.scale_embeddings = model.embed_scale
+        stack.position_encodings.encodings = table
+        (stack.embeddings[0] if isinstance(stack.embeddings, list) else stack.embeddings).weight = sd[f"{embed}.weight"]
+        if c.norm == "pre":
+            norm(stack.layer_norm, f"{side}_norm")
+        for i, layer in enumerate(stack.layer):
+            p = f"{side}_layers.{i}"
+            linear(layer.self_attention.linear[0], f"{p}.self_attn.qkv_proj")
+            linear(layer.self_attention.linear[1], f"{p}.self_attn.out_proj")
+            norm(layer.self_attention.layer_norm, f"{p}.sublayers.0.norm")
+            if side == "decoder":
+                linear(layer.attention.linear[0], f"{p}.cross_attn.q_proj")
+                linear(layer.attention.linear[1], f"{p}.cross_attn.kv_proj")
+                linear(layer.attention.linear[2], f"{p}.cross_attn.out_proj")
+                norm(layer.attention.layer_norm, f"{p}.sublayers.1.norm")
+            linear(layer.ffn.linear_0, f"{p}.ffn.w1")
+            linear(layer.ffn.linear_1, f"{p}.ffn.w2")
+            norm(layer.ffn.layer_norm, f"{p}.sublayers.{2 if side == 'decoder' else 1}.norm")
+    linear(spec.decoder.projection, "output_proj")
+
+    def pieces(n, by_id, sp):
+        return [by_id.get(i, f"<id{i}>") if by_id is not None else sp.id_to_piece(i) for i in range(n)]
+
+    src_tokens = pieces(c.src_vocab_size, tokenizer.source_pieces_by_id, tokenizer.source_sp)
+    tgt_tokens = pieces(c.tgt_vocab_size, tokenizer.target_pieces_by_id, tokenizer.target_sp)
+    spec.register_source_vocabulary(src_tokens)
+    spec.register_target_vocabulary(tgt_tokens)
+    spec.config.bos_token = tgt_tokens[c.bos_id]
+    spec.config.eos_token = tgt_tokens[c.eos_id]
+    spec.config.unk_token = tgt_tokens[c.unk_id]
+    spec.config.decoder_start_token = tgt_tokens[c.decoder_start_id]
+    spec.validate()
+    spec.optimize(quantization=None)
+    out.mkdir(parents=True, exist_ok=True)
+    spec.save(str(out))
+    return out
+
+
+# ---- the engines ----------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    engine: str
+    compute: str
+    threads: int
+    beam: int
+    batch: int
+    tokens_per_s: float
+    seconds: float
+
+
+class Ours:
+    name = "ours"
+
+    def __init__(self, ckpt: Path, compute: str):
+        dtype = "bfloat16" if compute == "bfloat16" else "float32"
+        self.t = Translator(ckpt, device="cpu", dtype=dtype, max_length_b=10_000)
+        m, c = self.t.model, self.t.config
+        with torch.no_grad():  # EOS never wins: every sentence runs to the length cap
+            if m.output_proj.bias is None:
+                m.output_proj.bias = torch.nn.Parameter(torch.zeros(c.tgt_vocab_size, dtype=m.output_proj.weight.dtype))
+            m.output_proj.bias[c.eos_id] = -1e4
+        if compute == "int8":
+            self.t.model = torch.ao.quantization.quantize_dynamic(m, {torch.nn.Linear}, dtype=torch.qint8)
+        self.vocab = c.src_vocab_size
+        self.special = {c.pad_id, c.eos_id, c.unk_id, c.bos_id, c.decoder_start_id}
+        self.eos = c.eos_id
+
+    def run(self, sources: list[list[int]], beam: int, tgt_len: int):
+        res = self.t.translate(sources, beam_size=beam, max_length=tgt_len, batch_tokens=1 << 30)
+        return [r.hypotheses[0].token_ids if not r.hypotheses[0].ended_with_eos else None for r in res]
+
+
+class HF:
+    name = "hf"
+
+    def __init__(self, hf_dir: Path):
+        from transformers import MarianMTModel
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        self.model = MarianMTModel.from_pretrained(hf_dir).eval()
+        self.pad = self.model.config.pad_token_id
+
+    def run(self, sources: list[list[int]], beam: int, tgt_len: int):
+        ids = torch.tensor(sources)
+        with torch.inference_mode():
+            out = self.model.generate(
+                input_ids=ids, attention_mask=torch.ones_like(ids), num_beams=beam, early_stopping=True,
+                max_new_tokens=tgt_len, min_new_tokens=tgt_len, do_sample=False, length_penalty=1.0,
+                num_return_sequences=1, forced_eos_token_id=None, bad_words_ids=[[self.pad]], use_cache=True)
+        return [[t for t in row[1:] if t not in (self.pad, EOS)] for row in out.tolist()]
+
+
+class CT2:
+    name = "ct2"
+
+    def __init__(self, ct2_dir: Path, compute: str, threads: int, id_to_token: list[str]):
+        import ctranslate2
+
+        self.t = ctranslate2.Translator(str(ct2_dir), device="cpu", compute_type=compute,
+                                        intra_threads=threads, inter_threads=1)
+        self.id_to_token = id_to_token
+
+    def run(self, sources: list[list[int]], beam: int, tgt_len: int):
+        tokens = [[self.id_to_token[i] for i in s] for s in sources]
+        res = self.t.translate_batch(tokens, beam_size=beam, max_decoding_length=tgt_len,
+                                     min_decoding_length=tgt_len, num_hypotheses=1, length_penalty=1.0,
+                                     max_batch_size=0, return_scores=False)
+        return [r.hypotheses[0] if "</s>" not in r.hypotheses[0] else None for r in res]
+
+
+def make_sources(n: int, length: int, vocab: int, special: set[int], eos: int, seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    while len(out) < n:
+        ids = [int(i) for i in torch.randint(2, vocab - 1, (length - 1,), generator=g) if int(i) not in special]
+        if len(ids) == length - 1:
+            out.append(ids + [eos])
+    return out
+
+
+def check_outputs(engine, outputs, tgt_len: int) -> None:
+    bad = [i for i, o in enumerate(outputs) if o is None or len(o) != tgt_len]
+    if bad:
+        lengths = [None if outputs[i] is None else len(outputs[i]) for i in bad[:5]]
+        raise AssertionError(f"{engine.name}: rows {bad[:5]} did not produce exactly {tgt_len} tokens: {lengths}")
+
+
+def time_rows(engines: list, sources, beam: int, tgt_len: int, repeat: int, threads: int) -> list[float]:
+    """Median seconds per engine. One warm-up each (also the equal-work check), then the timed
+    runs interleaved round-robin, so that load from other processes hits all engines alike."""
+    for engine in engines:
+        torch.set_num_threads(threads)
+        check_outputs(engine, engine.run(sources, beam, tgt_len), tgt_len)
+    times: list[list[float]] = [[] for _ in engines]
+    for _ in range(repeat):
+        for engine, t in zip(engines, times):
+            torch.set_num_threads(threads)
+            start = time.perf_counter()
+            engine.run(sources, beam, tgt_len)
+            t.append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
+
+
+def profile_ours(ckpt: Path, compute: str, threads: int, beam: int, sources, tgt_len: int) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.set_num_threads(threads)
+    engine = Ours(ckpt, compute)
+    engine.run(sources, beam, tgt_len)
+    start = time.perf_counter()
+    engine.run(sources, beam, tgt_len)
+    print(f"ours {compute}, {threads} threads, beam {beam}, batch {len(sources)}: "
+          f"{time.perf_counter() - start:.3f} s unprofiled")
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        engine.run(sources, beam, tgt_len)
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
+    print(prof.key_averages(group_by_input_shape=True).table(sort_by="self_cpu_time_total", row_limit=20,
+                                                             max_name_column_width=40, max_shapes_column_width=70))
+
+
+def fmt_table(rows: list[Row]) -> str:
+    base = {(r.threads, r.beam, r.batch): r.tokens_per_s for r in rows if r.engine == "hf"}
+    lines = ["| engine | compute | threads | beam | batch | tokens/s | ratio vs HF |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        hf = base.get((r.threads, r.beam, r.batch))
+        ratio = f"{r.tokens_per_s / hf:.2f}" if hf else "-"
+        lines.append(f"| {r.engine} | {r.compute} | {r.threads} | {r.beam} | {r.batch} | {r.tokens_per_s:,.0f} | {ratio} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> list[Row]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="small")
+    ap.add_argument("--model", type=Path, help="one of our checkpoints instead of a random HF model (ours + ct2)")
+    ap.add_argument("--engines", default="ours,hf,ct2")
+    ap.add_argument("--beams", default="1,4")
+    ap.add_argument("--batches", default="1,8,32")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--ours-compute", default="float32,int8", help="float32, int8 (dynamic), bfloat16")
+    ap.add_argument("--ct2-compute", default="float32,int8")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--src-len", type=int, default=25, help="source tokens, EOS included")
+    ap.add_argument("--tgt-len", type=int, default=30, help="forced target tokens")
+    ap.add_argument("--workdir", type=Path, default=ROOT / "artifacts" / "bench")
+    ap.add_argument("--json", type=Path, help="also write the rows here")
+    ap.add_argument("--profile", action="store_true",
+                    help="instead of timing: torch.profiler over ours (first compute, beam, batch, thread count)")
+    args = ap.parse_args(argv)
+    ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
+    engines = [e for e in args.engines.split(",") if e]
+    unknown = set(engines) - {"ours", "hf", "ct2"}
+    if unknown:
+        ap.error(f"unknown engines {sorted(unknown)}")
+
+    if args.model:
+        if "hf" in engines:
+            print("--model: skipping hf (no HF model for our checkpoints)", file=sys.stderr)
+            engines.remove("hf")
+        ckpt, hf_dir, ct2_dir = args.model, None, None
+        if "ct2" in engines:
+            ct2_dir = args.workdir / f"ct2-{args.model.resolve().name}"
+            if not (ct2_dir / "model.bin").is_file():
+                try:
+                    our_checkpoint_to_ct2(args.model, ct2_dir)
+                except Exception as e:  # noqa: BLE001 - report and go on without it
+                    print(f"skipping ct2: conversion failed ({e})", file=sys.stderr)
+                    engines.remove("ct2")
+    else:
+        paths = prepare(args.workdir, args.shape, "ct2" in engines)
+        ckpt, hf_dir, ct2_dir = paths["ours"], paths["hf"], paths["ct2"]
+
+    _, tok, _ = load_checkpoint(ckpt)
+    c = tok.config
+    special = {c.pad_id, c.eos_id, c.unk_id, c.bos_id, c.decoder_start_id}
+    by_id = tok.source_pieces_by_id
+    id_to_token = [by_id.get(i, f"<id{i}>") if by_id else tok.source_sp.id_to_piece(i) for i in range(c.src_vocab_size)]
+    max_batch = max(ints(args.batches))
+    all_sources = make_sources(max_batch, args.src_len, c.src_vocab_size, special, c.eos_id)
+
+    if args.profile:
+        profile_ours(ckpt, args.ours_compute.split(",")[0], ints(args.threads)[0], ints(args.beams)[0],
+                     all_sources[: ints(args.batches)[0]], args.tgt_len)
+        return []
+
+    rows: list[Row] = []
+    header = f"shape {args.model or args.shape}: {args.src_len}-token sources, {args.tgt_len} forced target tokens, " \
+             f"median of {args.repeat}"
+    print(header, file=sys.stderr)
+    variants = []  # (engine name, compute, factory(threads))
+    if "ours" in engines:
+        for ct in args.ours_compute.split(","):
+            variants.append(("ours", ct, lambda t, ct=ct: Ours(ckpt, ct)))
+    if "hf" in engines:
+        variants.append(("hf", "float32", lambda t: HF(hf_dir)))
+    if "ct2" in engines:
+        for ct in args.ct2_compute.split(","):
+            variants.append(("ct2", ct, lambda t, ct=ct: CT2(ct2_dir, ct, t, id_to_token)))
+    for threads in ints(args.threads):
+        torch.set_num_threads(threads)
+        engines = [(name, compute, factory(threads)) for name, compute, factory in variants]
+        for beam in ints(args.beams):
+            for batch in ints(args.batches):
+                seconds = time_rows([e for _, _, e in engines], all_sources[:batch], beam, args.tgt_len,
+                                    args.repeat, threads)
+                for (name, compute, _), sec in zip(engines, seconds):
+                    tps = batch * (args.src_len + args.tgt_len) / sec
+                    rows.append(Row(name, compute, threads, beam, batch, tps, sec))
+                    print(f"  {name:4} {compute:8} threads {threads} beam {beam} batch {batch:3}: "
+                          f"{tps:9,.0f} tokens/s ({sec:.3f} s)", file=sys.stderr, flush=True)
+        del engines
+    rows.sort(key=lambda r: (r.threads, r.beam, r.batch, ["hf", "ours", "ct2"].index(r.engine), r.compute))
+    print(header)
+    print(fmt_table(rows))
+    if args.json:
+        args.json.write_text(json.dumps([r.__dict__ for r in rows], indent=1))
+    return rows
+
+
+if __name__ == "__main__":
+    main()

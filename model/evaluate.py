@@ -1,0 +1,115 @@
+"""`nmt eval`: sacreBLEU BLEU and chrF of a checkpoint on the test sets, per beam size.
+
+    python -m model.evaluate --model data/runs/en-de/final --data data/corpus \
+        --sets test_sw,test_general --beams 1,4 --out eval.json
+
+Scores are deterministic (fixed thread count, deterministic search); only sentences/s varies.
+Hypotheses are detokenized SentencePiece output scored against the raw references with
+sacreBLEU's default 13a tokenization; the signatures are printed and stored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from model.translator import Translator
+
+
+def read_lines(path: Path) -> list[str]:
+    with open(path, encoding="utf-8", newline="\n") as f:  # only \n ends a line (a stray \r must not split one)
+        return [line.rstrip("\n") for line in f]
+
+
+def score(hypotheses: list[str], references: list[str]) -> dict:
+    from sacrebleu.metrics import BLEU, CHRF
+
+    bleu, chrf = BLEU(), CHRF()
+    b, c = bleu.corpus_score(hypotheses, [references]), chrf.corpus_score(hypotheses, [references])
+    return {"bleu": round(b.score, 2), "chrf": round(c.score, 2),
+            "bleu_signature": str(bleu.get_signature()), "chrf_signature": str(chrf.get_signature()),
+            "bleu_detail": str(b)}
+
+
+def evaluate_set(translator: Translator, sources: list[str], references: list[str], beam: int,
+                 batch_tokens: int) -> tuple[dict, list[str]]:
+    start = time.perf_counter()
+    results = translator.translate(sources, beam_size=beam, batch_tokens=batch_tokens)
+    seconds = time.perf_counter() - start
+    hyps = [r.hypotheses[0].text for r in results]
+    row = {"beam": beam, "sentences": len(sources), **score(hyps, references),
+           "seconds": round(seconds, 2), "sentences_per_s": round(len(sources) / seconds, 2)}
+    return row, hyps
+
+
+def markdown_table(rows: list[dict]) -> str:
+    lines = ["| set | beam | sentences | BLEU | chrF | sent/s |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['set']} | {r['beam']} | {r['sentences']} | {r['bleu']:.2f} | {r['chrf']:.2f} | "
+              f"{r['sentences_per_s']:.1f} |" for r in rows]
+    return "\n".join(lines)
+
+
+def evaluate(model_dir: str, data_dir: str, sets: list[str], beams: list[int], limit: int | None = None,
+             threads: int = 2, batch_tokens: int = 4096, hyp_dir: str | None = None) -> dict:
+    torch.set_num_threads(threads)
+    translator = Translator(model_dir, device="cpu")
+    rows = []
+    for name in sets:
+        src = read_lines(Path(data_dir) / f"{name}.en")[:limit]
+        ref = read_lines(Path(data_dir) / f"{name}.de")[:limit]
+        for beam in beams:
+            row, hyps = evaluate_set(translator, src, ref, beam, batch_tokens)
+            rows.append({"set": name, **row})
+            print(f"{name} beam {beam}: BLEU {row['bleu']:.2f} chrF {row['chrf']:.2f} "
+                  f"({row['sentences_per_s']:.1f} sent/s)", file=sys.stderr, flush=True)
+            if hyp_dir:
+                Path(hyp_dir).mkdir(parents=True, exist_ok=True)
+                (Path(hyp_dir) / f"{name}.beam{beam}.de").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    return {"model": str(model_dir), "metadata": translator.metadata, "threads": threads, "limit": limit,
+            "results": rows}
+
+
+def eval_command(args) -> dict:
+    report = evaluate(args.model, args.data, [s for s in args.sets.split(",") if s],
+                      [int(b) for b in args.beams.split(",")], args.limit, args.threads, args.batch_tokens,
+                      args.hyp_dir)
+    print(markdown_table(report["results"]))
+    for metric in ("bleu", "chrf"):
+        for signature in sorted({r[f"{metric}_signature"] for r in report["results"]}):
+            print(f"{'BLEU' if metric == 'bleu' else 'chrF'} signature: {signature}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    return report
+
+
+def add_eval_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="checkpoint directory")
+    p.add_argument("--data", default="data/corpus")
+    p.add_argument("--sets", default="test_sw,test_general", help="comma-separated set names (NAME.en/NAME.de)")
+    p.add_argument("--beams", default="1,4")
+    p.add_argument("--limit", type=int, help="first N sentences of each set")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--batch-tokens", type=int, default=4096)
+    p.add_argument("--hyp-dir", help="also write the hypotheses here")
+    p.add_argument("--out", help="write the JSON report here")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("eval", help="BLEU/chrF of a checkpoint on the test sets")
+    add_eval_args(p)
+    p.set_defaults(func=eval_command)
+
+
+def main(argv: list[str] | None = None):
+    parser = argparse.ArgumentParser(prog="python -m model.evaluate")
+    add_eval_args(parser)
+    return eval_command(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""The alignment store's bounds and the word / selection / hard-alignment views, alone."""
+
+from __future__ import annotations
+
+import torch
+
+from app.alignments import Alignment, AlignmentStore, hard_alignment, select, to_words, words
+
+
+def attention(layers=2, heads=3, target=4, source=5, seed=0) -> torch.Tensor:
+    torch.manual_seed(seed)
+    return torch.rand(layers, heads, target, source).softmax(-1)
+
+
+def entry(target=4, source=5) -> Alignment:
+    return Alignment("en-de", [f"s{i}" for i in range(source)], [f"t{i}" for i in range(target)],
+                     attention(target=target, source=source))
+
+
+class Clock:
+    now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_store_evicts_least_recently_used_beyond_count():
+    store = AlignmentStore(max_items=2, max_bytes=1 << 30, ttl_s=60)
+    a, b = store.put(entry()), store.put(entry())
+    assert store.get(a) is not None  # a is now the most recently used
+    c = store.put(entry())
+    assert store.get(b) is None and store.get(a) is not None and store.get(c) is not None
+    assert len(store) == 2
+
+
+def test_store_bounds_bytes_and_counts_array_bytes():
+    one = entry().nbytes
+    assert one == 2 * 3 * 4 * 5 * 4  # float32
+    store = AlignmentStore(max_items=100, max_bytes=3 * one, ttl_s=60)
+    ids = [store.put(entry()) for _ in range(5)]
+    assert len(store) == 3 and store.bytes == 3 * one
+    assert [store.get(i) is not None for i in ids] == [False, False, True, True, True]
+    assert AlignmentStore(100, one - 1, 60).put(entry()) is None  # too big on its own: not stored
+
+
+def test_store_ttl():
+    clock = Clock()
+    store = AlignmentStore(max_items=10, max_bytes=1 << 30, ttl_s=10, clock=clock)
+    old = store.put(entry())
+    clock.now = 5
+    young = store.put(entry())
+    clock.now = 11
+    assert store.get(old) is None and store.get(young) is not None
+    clock.now = 16
+    assert store.get(young) is None
+    store.put(entry())
+    assert len(store) == 1 and store.bytes == entry().nbytes
+
+
+def test_words_merge_pieces_and_keep_eos_alone():
+    tokens = ["▁Hel", "lo", "▁wor", "ld", ".", "</s>"]
+    assert words(tokens) == [[0, 1], [2, 3, 4], [5]]
+    assert words(["lo", "▁a", "</s>"]) == [[0], [1], [2]]  # a first piece starts a word even without ▁
+
+
+def test_word_attention_rows_still_sum_to_one():
+    source = ["▁The", "▁qu", "ick", "▁fox", ".", "</s>"]
+    target = ["▁Der", "▁schn", "elle", "▁Fuchs", "</s>"]
+    att = attention(target=len(target), source=len(source))
+    src_words, tgt_words, merged = to_words(source, target, att)
+    assert src_words == ["The", "quick", "fox.", "</s>"] and tgt_words == ["Der", "schnelle", "Fuchs", "</s>"]
+    assert merged.shape == (2, 3, 4, 4)
+    torch.testing.assert_close(merged.sum(-1), torch.ones(2, 3, 4))
+    # "schnelle" = mean of its two rows; "quick" = sum of its two columns
+    torch.testing.assert_close(merged[:, :, 1, 1], (att[:, :, 1, 1:3].sum(-1) + att[:, :, 2, 1:3].sum(-1)) / 2)
+
+
+def test_select_keeps_four_axes():
+    att = attention()
+    assert select(att, 0, None).shape == (2, 3, 4, 5)
+    assert select(att, 0, 1).shape == (1, 3, 4, 5)
+    torch.testing.assert_close(select(att, 1, "mean")[:, 0], att.mean(1))
+
+
+def test_hard_alignment_skips_eos():
+    att = torch.zeros(1, 1, 3, 3)
+    att[0, 0, 0] = torch.tensor([0.1, 0.8, 0.1])  # target 0 -> source 1
+    att[0, 0, 1] = torch.tensor([0.3, 0.1, 0.6])  # target 1 -> source 0 (source 2 is </s>)
+    att[0, 0, 2] = torch.tensor([0.1, 0.1, 0.8])  # target </s>: no pair
+    assert hard_alignment(["▁a", "▁b", "</s>"], ["▁x", "▁y", "</s>"], att) == "1-0 0-1"

@@ -1,0 +1,271 @@
+"""Every endpoint and error through the ASGI app (TestClient runs its lifespan), with two tiny
+models served at once (en-de and de-en) and one worker process."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.settings import Settings
+from tests.conftest import make_tiny_checkpoint
+from model.translator import Translator
+
+MAX_ITEMS, MAX_CHARS = 4, 400
+
+
+@pytest.fixture(scope="module")
+def de_en(tmp_path_factory) -> Path:
+    directory = make_tiny_checkpoint(tmp_path_factory.mktemp("de-en"), seed=1)
+    (directory / "metadata.json").write_text(json.dumps({"source_lang": "de", "target_lang": "en"}))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def client(tiny_checkpoint, de_en):
+    settings = Settings(model_dirs=[str(tiny_checkpoint), str(de_en)], workers=1, threads_per_worker=1,
+                        max_items=MAX_ITEMS, max_chars=MAX_CHARS, max_wait_ms=2)
+    with TestClient(create_app(settings)) as c:
+        deadline = time.monotonic() + 60
+        while c.get("/ready").status_code != 200:
+            assert time.monotonic() < deadline, c.get("/ready").json()
+            time.sleep(0.05)
+        yield c
+
+
+@pytest.fixture(scope="module")
+def offline(tiny_checkpoint):
+    return Translator(tiny_checkpoint, device="cpu")
+
+
+def translate(client, status=200, **body):
+    body = {"source": "en", "target": "de", **body}
+    r = client.post("/v1/translate", json=body)
+    assert r.status_code == status, r.text
+    return r.json()
+
+
+def error(client, method, path, status=400, **kwargs) -> str:
+    r = client.request(method, path, **kwargs)
+    assert r.status_code == status, r.text
+    assert set(r.json()) == {"error"}
+    return r.json()["error"]
+
+
+# --- health ----------------------------------------------------------------------------------
+
+def test_health_ready_metrics(client):
+    assert client.get("/health").json() == {"status": "ok"}
+    ready = client.get("/ready").json()
+    assert ready["ready"] and ready["models"] == ["de-en", "en-de"]
+    assert ready["workers"][0]["state"] in ("idle", "busy") and ready["workers"][0]["device"] == "cpu"
+    r = client.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    assert "nmt_queue_depth" in r.text and "nmt_workers_alive 1.0" in r.text
+
+
+# --- /v1/translate ---------------------------------------------------------------------------
+
+def test_translate_one_text_matches_offline_translator(client, offline):
+    body = translate(client, text="Hello world.", beam_size=3, length_penalty=0.6)
+    [expected] = offline.translate(["Hello world."], beam_size=3, length_penalty=0.6)
+    assert body["model"] == "en-de"
+    [t] = body["translations"]
+    assert set(t) == {"text", "score", "alternatives"}  # nothing that was not asked for
+    assert t["text"] == expected.hypotheses[0].text and t["alternatives"] == []
+    assert t["score"] == pytest.approx(expected.hypotheses[0].score, abs=1e-4)
+    timing = body["timing"]
+    assert set(timing) == {"queue_ms", "compute_ms", "total_ms"}
+    assert 0 <= timing["queue_ms"] and 0 < timing["compute_ms"] <= timing["total_ms"]
+
+
+def test_translate_list_with_alternatives_alignments_and_attention(client, offline):
+    texts = ["Open the file.", "Click the button to print the document.", "Hello world."]
+    body = translate(client, text=texts, beam_size=4, n_best=3, alignments=True, include_attention=True,
+                     max_length=12)
+    expected = offline.translate(texts, beam_size=4, n_best=3, max_length=12, return_attention=True)
+    assert len(body["translations"]) == 3
+    for t, e in zip(body["translations"], expected):
+        assert [t["text"]] + [a["text"] for a in t["alternatives"]] == [h.text for h in e.hypotheses]
+        assert len(t["alternatives"]) == 2 and all(a["alignment_id"] for a in t["alternatives"])
+        assert t["alignment_id"] and t["source_tokens"] == e.source_tokens
+        assert t["target_tokens"] == e.hypotheses[0].target_tokens
+        attention = torch.tensor(t["attention"])
+        assert attention.shape == (2, 4, len(t["target_tokens"]), len(t["source_tokens"]))
+        torch.testing.assert_close(attention.sum(-1), torch.ones(attention.shape[:3]), atol=1e-4, rtol=0)
+
+
+def test_second_model_serves_its_own_pair(client, de_en):
+    body = translate(client, text="Hallo Welt.", source="de", target="en")
+    assert body["model"] == "de-en"
+    [expected] = Translator(de_en, device="cpu").translate(["Hallo Welt."])
+    assert body["translations"][0]["text"] == expected.hypotheses[0].text
+
+
+# --- /v1/alignments --------------------------------------------------------------------------
+
+def test_alignment_views(client):
+    t = translate(client, text="The quick brown fox jumps.", alignments=True, include_attention=True,
+                  max_length=8)["translations"][0]
+    path = f"/v1/alignments/{t['alignment_id']}"
+    full = client.get(path).json()
+    assert full["model"] == "en-de" and (full["layers"], full["heads"]) == (2, 4)
+    assert full["granularity"] == "subword" and full["layer"] is None and full["head"] is None
+    assert full["source_tokens"] == t["source_tokens"] and full["attention"] == t["attention"]
+    assert full["hard_alignment"] is None
+
+    one = client.get(path, params={"layer": 1, "head": "mean"}).json()
+    attention = torch.tensor(one["attention"])
+    assert attention.shape == (1, 1, len(full["target_tokens"]), len(full["source_tokens"]))
+    expected = torch.tensor(full["attention"])[1:2].mean(1, keepdim=True)
+    torch.testing.assert_close(attention, expected, atol=2e-6, rtol=0)
+    assert one["layer"] == 1 and one["head"] == "mean"
+
+    words = client.get(path, params={"granularity": "word", "hard": "true", "layer": "mean"}).json()
+    assert words["source_tokens"][-1] == "</s>" and words["source_tokens"][0] == "The"
+    attention = torch.tensor(words["attention"])
+    assert attention.shape[:2] == (1, 4)
+    torch.testing.assert_close(attention.sum(-1), torch.ones(attention.shape[:3]), atol=1e-4, rtol=0)
+    pairs = [tuple(map(int, p.split("-"))) for p in words["hard_alignment"].split()]
+    eos_rows = words["target_tokens"][-1:] == ["</s>"]
+    assert len(pairs) == len(words["target_tokens"]) - eos_rows
+    assert all(0 <= s < len(words["source_tokens"]) - 1 for s, _ in pairs)
+
+
+def test_alignment_errors(client):
+    t = translate(client, text="Hello.", alignments=True, max_length=4)["translations"][0]
+    path = f"/v1/alignments/{t['alignment_id']}"
+    assert "0 to 1" in error(client, "GET", path, params={"layer": 2})
+    assert "0 to 3" in error(client, "GET", path, params={"head": -1})
+    assert "head" in error(client, "GET", path, params={"head": "max"})
+    assert "granularity" in error(client, "GET", path, params={"granularity": "char"})
+    assert "unknown or expired" in error(client, "GET", "/v1/alignments/nope", status=404)
+
+
+# --- /v1/models, /v1/languages ---------------------------------------------------------------
+
+def test_models_and_languages(client):
+    models = {m["id"]: m for m in client.get("/v1/models").json()["models"]}
+    assert set(models) == {"en-de", "de-en"}
+    m = models["en-de"]
+    assert (m["source"], m["target"], m["device"], m["dtype"]) == ("en", "de", "cpu", "float32")
+    assert m["config"]["d_model"] == 32 and m["max_source_tokens"] == 128 and m["parameters"] > 10_000
+    v1 = client.get("/v1/languages").json()
+    assert {(p["source"], p["target"], p["model"]) for p in v1["pairs"]} == {("en", "de", "en-de"),
+                                                                              ("de", "en", "de-en")}
+    assert client.get("/languages").json() == [{"code": "de", "name": "German", "targets": ["en"]},
+                                               {"code": "en", "name": "English", "targets": ["de"]}]
+
+
+# --- bad input -------------------------------------------------------------------------------
+
+def test_bad_texts(client):
+    post = lambda **body: error(client, "POST", "/v1/translate", json={"source": "en", "target": "de", **body})  # noqa: E731
+    assert post(text="") == "text is empty"
+    assert post(text=["ok", "  "]) == "text[1] is empty"
+    assert post(text=[]) == "text: give at least one text"
+    assert f"at most {MAX_ITEMS}" in post(text=["a"] * (MAX_ITEMS + 1))
+    assert f"at most {MAX_CHARS}" in post(text="a" * (MAX_CHARS + 1))
+    message = post(text="Hello world " * 30)  # under the character limit, over 128 tokens
+    assert "tokens" in message and "at most 128" in message
+
+
+def test_bad_options(client):
+    post = lambda **body: error(client, "POST", "/v1/translate", json={"text": "Hi", "source": "en", "target": "de", **body})  # noqa: E731
+    assert "beam_size" in post(beam_size=0) and "16" in post(beam_size=17)
+    assert post(beam_size=2, n_best=3) == "n_best (3) must be at most beam_size (2)"
+    assert "length_penalty" in post(length_penalty=-1)
+    assert "max_length" in post(max_length=0)
+    message = post(target="fr")
+    assert "'en' to 'fr'" in message and "de-en, en-de" in message
+    assert "de, en" in post(source="auto")  # two source languages served: 'auto' is ambiguous
+    assert "text" in post(text=5) and "valid string" in post(text=5)
+    assert "alignments" in post(alignments="maybe")
+    assert "unknown field; allowed:" in post(beam=3) and "beam_size" in post(beam=3)
+    assert error(client, "POST", "/v1/translate", json={"text": "Hi", "target": "de"}) == "source: required"
+    assert "malformed JSON" in error(client, "POST", "/v1/translate", content=b'{"text": ',
+                                     headers={"content-type": "application/json"})
+
+
+def test_unknown_route_and_method_use_the_error_shape(client):
+    assert "/v2/x" in error(client, "GET", "/v2/x", status=404)
+    error(client, "GET", "/v1/translate", status=405)
+
+
+def test_api_keys(client, monkeypatch):
+    monkeypatch.setattr(client.app.state.service.settings, "api_keys", ["secret"])
+    body = {"text": "Hi", "source": "en", "target": "de"}
+    assert "API key" in error(client, "POST", "/v1/translate", status=403, json=body)
+    assert error(client, "POST", "/v1/translate", status=403, json={**body, "api_key": "wrong"}) == "Invalid API key"
+    assert client.post("/v1/translate", json=body, headers={"X-API-Key": "secret"}).status_code == 200
+    lt = {"q": "Hi", "source": "en", "target": "de"}
+    assert error(client, "POST", "/translate", status=403, data=lt) == "an API key is required: pass api_key in " \
+        "the body or an X-API-Key header"
+    assert client.post("/translate", json={**lt, "api_key": "secret"}).status_code == 200
+    assert client.post("/translate", data={**lt, "api_key": "secret"}).status_code == 200
+
+
+def test_queue_full_is_429(client, monkeypatch):
+    monkeypatch.setattr(client.app.state.service.scheduler, "max_queue_items", 0)
+    assert "too busy" in error(client, "POST", "/v1/translate", status=429,
+                               json={"text": "Hi", "source": "en", "target": "de"})
+
+
+# --- LibreTranslate --------------------------------------------------------------------------
+
+def test_libretranslate_json_and_form(client, offline):
+    [one, two] = offline.translate(["Hello world.", "Open the file."], beam_size=4, n_best=3)
+    r = client.post("/translate", json={"q": "Hello world.", "source": "en", "target": "de"})
+    assert r.json() == {"translatedText": one.hypotheses[0].text}
+    r = client.post("/translate", json={"q": ["Hello world.", "Open the file."], "source": "en", "target": "de",
+                                        "format": "text", "alternatives": 2})
+    assert r.json() == {"translatedText": [one.hypotheses[0].text, two.hypotheses[0].text],
+                        "alternatives": [[h.text for h in one.hypotheses[1:]], [h.text for h in two.hypotheses[1:]]]}
+    # libretranslatepy and Weblate send form data
+    r = client.post("/translate", data={"q": "Hello world.", "source": "en", "target": "de", "alternatives": "2"})
+    assert r.json() == {"translatedText": one.hypotheses[0].text, "alternatives": [h.text for h in one.hypotheses[1:]]}
+
+
+def test_libretranslate_errors(client):
+    assert "html" in error(client, "POST", "/translate", json={"q": "Hi", "source": "en", "target": "de",
+                                                               "format": "html"})
+    assert error(client, "POST", "/translate", data={"source": "en", "target": "de"}) == "q: required"
+    assert "de, en" in error(client, "POST", "/translate", json={"q": "Hi", "source": "auto", "target": "de"})
+    assert "'en' to 'xx'" in error(client, "POST", "/translate", json={"q": "Hi", "source": "en", "target": "xx"})
+    assert error(client, "POST", "/translate", json={"q": "", "source": "en", "target": "de"}) == "q is empty"
+    assert "alternatives" in error(client, "POST", "/translate", data={"q": "Hi", "source": "en", "target": "de",
+                                                                       "alternatives": "many"})
+    assert "malformed JSON" in error(client, "POST", "/translate", content=b"{",
+                                     headers={"content-type": "application/json"})
+    assert "JSON body must be an object" in error(client, "POST", "/translate", json=["Hi"])
+
+
+def test_metrics_count_routes_batches_and_tokens(client):
+    translate(client, text=["Hello.", "World."])
+    text = client.get("/metrics").text
+    assert 'nmt_requests_total{method="POST",route="/v1/translate",status="200"}' in text
+    assert 'nmt_requests_total{method="POST",route="/v1/translate",status="400"}' in text
+    for name in ("nmt_queue_wait_seconds_bucket", "nmt_compute_seconds_bucket", "nmt_batch_size_bucket",
+                 "nmt_batch_tokens_bucket", "nmt_generated_tokens_total", "nmt_worker_busy_seconds_total"):
+        assert name in text
+
+
+# --- the OpenAPI document --------------------------------------------------------------------
+
+def test_openapi_fields_are_described_with_examples_and_errors_are_400(client):
+    spec = client.get("/openapi.json").json()
+    for name, schema in spec["components"]["schemas"].items():
+        for field, prop in schema.get("properties", {}).items():
+            assert prop.get("description"), f"{name}.{field} has no description"
+            assert "examples" in prop or "example" in prop or "$ref" in str(prop) or prop.get("type") == "array", \
+                f"{name}.{field} has no example"
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            assert "422" not in operation["responses"], f"{method} {path}"
+            for parameter in operation.get("parameters", []):
+                assert parameter.get("description"), f"{method} {path} {parameter['name']}"

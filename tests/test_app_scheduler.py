@@ -1,0 +1,174 @@
+"""The batcher alone, with a fake translate function: no model, no processes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from app.scheduler import BatchKey, QueueFull, Scheduler
+
+
+class FakeTranslate:
+    """Echoes each source as (key, source); records every batch; can block or fail on demand."""
+
+    def __init__(self, delay: float = 0.0):
+        self.batches: list[tuple[BatchKey, list[list[int]]]] = []
+        self.delay = delay
+        self.gate: asyncio.Event | None = None
+
+    async def __call__(self, key, sources):
+        self.batches.append((key, sources))
+        if self.gate is not None:
+            await self.gate.wait()
+        await asyncio.sleep(self.delay)
+        if any(s[0] == 666 for s in sources):
+            raise RuntimeError("bad batch")
+        return [(key, s) for s in sources]
+
+
+def run(coroutine):
+    return asyncio.run(asyncio.wait_for(coroutine, 10))
+
+
+def sentence(i: int, length: int = 5) -> list[int]:
+    return [i] * length
+
+
+def test_items_split_across_batches_come_back_in_order():
+    async def main():
+        fake = FakeTranslate(delay=0.01)
+        # budget 40 = 2 items of 5 tokens x beam 4: a 7-item job needs 4 batches
+        scheduler = Scheduler(fake, slots=2, batch_tokens=40, max_wait_s=0.005)
+        scheduler.start()
+        key = BatchKey("en-de", beam_size=4)
+        a = scheduler.submit(key, [sentence(i) for i in range(7)])
+        b = scheduler.submit(key, [sentence(100 + i) for i in range(3)])
+        ra, rb = await a.future, await b.future
+        await scheduler.stop(1)
+        return fake, ra, rb
+
+    fake, ra, rb = run(main())
+    assert [s for _, s in ra] == [sentence(i) for i in range(7)]
+    assert [s for _, s in rb] == [sentence(100 + i) for i in range(3)]
+    assert len(fake.batches) == 5 and all(len(s) <= 2 for _, s in fake.batches)
+    # job a's last item and job b's first shared a batch: items of different requests mix
+    assert [sentence(6), sentence(100)] in [s for _, s in fake.batches]
+
+
+def test_only_items_with_the_same_options_share_a_batch():
+    async def main():
+        fake = FakeTranslate()
+        scheduler = Scheduler(fake, slots=1, batch_tokens=10_000, max_wait_s=0.02)
+        scheduler.start()
+        keys = [BatchKey("en-de"), BatchKey("en-de", beam_size=2), BatchKey("en-de", n_best=2),
+                BatchKey("en-de", length_penalty=0.5), BatchKey("en-de", max_length=7),
+                BatchKey("en-de", attention=True), BatchKey("de-en")]
+        jobs = [(k, scheduler.submit(k, [sentence(10 * n + i) for i in range(3)]))
+                for n, k in enumerate(keys * 2)]
+        results = [(k, await job.future) for k, job in jobs]
+        await scheduler.stop(1)
+        return fake, keys, results
+
+    fake, keys, results = run(main())
+    for key, result in results:
+        assert all(k == key for k, _ in result)  # each item decoded with its own request's options
+    assert len(fake.batches) == len(keys)  # the two requests per key shared one batch
+    for key, sources in fake.batches:
+        assert len(sources) == 6
+
+
+def test_a_lone_item_waits_at_most_max_wait_and_a_full_batch_goes_at_once():
+    async def main():
+        fake = FakeTranslate()
+        scheduler = Scheduler(fake, slots=1, batch_tokens=20, max_wait_s=0.1)
+        scheduler.start()
+        start = time.monotonic()
+        await scheduler.submit(BatchKey("en-de", beam_size=1), [sentence(1)]).future
+        lone = time.monotonic() - start
+        start = time.monotonic()
+        await scheduler.submit(BatchKey("en-de", beam_size=1), [sentence(i) for i in range(4)]).future
+        full = time.monotonic() - start
+        await scheduler.stop(1)
+        return lone, full
+
+    lone, full = run(main())
+    assert 0.09 <= lone < 0.5
+    assert full < 0.05
+
+
+def test_a_cancelled_job_is_never_computed():
+    async def main():
+        fake = FakeTranslate()
+        fake.gate = asyncio.Event()
+        scheduler = Scheduler(fake, slots=1, batch_tokens=10_000, max_wait_s=0)
+        scheduler.start()
+        first = scheduler.submit(BatchKey("en-de"), [sentence(1)])
+        await asyncio.sleep(0.02)  # first is now running, holding the only slot
+        gone = scheduler.submit(BatchKey("en-de"), [sentence(2), sentence(3)])
+        kept = scheduler.submit(BatchKey("en-de"), [sentence(4)])
+        assert scheduler.queued == 3
+        scheduler.cancel(gone)
+        assert scheduler.queued == 1
+        fake.gate.set()
+        await first.future, await kept.future
+        await scheduler.stop(1)
+        return fake
+
+    fake = run(main())
+    computed = [s for _, sources in fake.batches for s in sources]
+    assert sentence(2) not in computed and sentence(3) not in computed and sentence(4) in computed
+
+
+def test_a_failed_batch_fails_only_its_jobs_and_drops_their_other_items():
+    async def main():
+        fake = FakeTranslate()
+        scheduler = Scheduler(fake, slots=1, batch_tokens=20, max_wait_s=0)
+        scheduler.start()
+        bad = scheduler.submit(BatchKey("en-de", beam_size=1), [sentence(666)] * 4 + [sentence(5)] * 4)
+        good = scheduler.submit(BatchKey("en-de", beam_size=2), [sentence(7)])
+        with pytest.raises(RuntimeError, match="bad batch"):
+            await bad.future
+        result = await good.future
+        await scheduler.stop(1)
+        return fake, result
+
+    fake, result = run(main())
+    assert result == [(BatchKey("en-de", beam_size=2), sentence(7))]
+    computed = [s for _, sources in fake.batches for s in sources]
+    assert sentence(5) not in computed  # the rest of the failed job was dropped, not computed
+
+
+def test_a_request_sharing_a_failed_batch_is_retried_alone_and_succeeds():
+    async def main():
+        fake = FakeTranslate()
+        scheduler = Scheduler(fake, slots=1, batch_tokens=10_000, max_wait_s=0.02)
+        scheduler.start()
+        key = BatchKey("en-de")
+        bad = scheduler.submit(key, [sentence(666)])
+        good = scheduler.submit(key, [sentence(1), sentence(2)])
+        with pytest.raises(RuntimeError, match="bad batch"):
+            await bad.future
+        result = await good.future
+        await scheduler.stop(1)
+        return fake, result
+
+    fake, result = run(main())
+    assert [s for _, s in result] == [sentence(1), sentence(2)]
+    assert [len(sources) for _, sources in fake.batches] == [3, 1, 2]  # together, then each alone
+
+
+def test_queue_full_and_drain_on_stop():
+    async def main():
+        fake = FakeTranslate()
+        scheduler = Scheduler(fake, slots=1, batch_tokens=10_000, max_wait_s=5, max_queue_items=3)
+        scheduler.start()
+        job = scheduler.submit(BatchKey("en-de"), [sentence(1), sentence(2)])
+        with pytest.raises(QueueFull):
+            scheduler.submit(BatchKey("en-de"), [sentence(3), sentence(4)])
+        await scheduler.stop(1)  # does not wait out max_wait: queued work runs now
+        return job
+
+    job = run(main())
+    assert job.future.done() and len(job.future.result()) == 2

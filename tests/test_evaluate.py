@@ -1,0 +1,61 @@
+"""`nmt eval` on a tiny over-fitted checkpoint: scores, signatures, table, JSON, determinism."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from model import evaluate, train
+from tests.test_train import pairs, write_corpus
+
+
+@pytest.fixture(scope="module")
+def overfit_model(tmp_path_factory):
+    root = tmp_path_factory.mktemp("eval")
+    data = pairs(20)
+    corpus = write_corpus(root, data, data)
+    run_dir = train.main([
+        "train", "--data", str(corpus), "--out", str(root / "run"), "--threads", "1", "--vocab-size", "300",
+        "--d-model", "64", "--heads", "4", "--ff", "128", "--encoder-layers", "2", "--decoder-layers", "1",
+        "--max-positions", "64", "--dropout", "0", "--label-smoothing", "0", "--lr", "3e-3", "--warmup", "20",
+        "--max-tokens", "400", "--max-steps", "250", "--dict-keep", "-1", "--log-every", "50",
+        "--save-minutes", "1000", "--dev-bleu-size", "0", "--average-last", "1", "--accum", "1"])
+    return run_dir / "final", corpus
+
+
+def test_eval_scores_table_and_json(overfit_model, tmp_path, capsys):
+    model_dir, corpus = overfit_model
+    out = tmp_path / "eval.json"
+    evaluate.main(["--model", str(model_dir), "--data", str(corpus), "--sets", "test_sw", "--beams", "1,4",
+                   "--threads", "1", "--out", str(out), "--hyp-dir", str(tmp_path / "hyps")])
+    printed = capsys.readouterr().out
+    assert "| test_sw | 1 | 20 | 100.00 | 100.00 |" in printed
+    assert "| test_sw | 4 | 20 | 100.00 | 100.00 |" in printed
+    assert "BLEU signature: nrefs:1|case:mixed|eff:no|tok:13a" in printed and "chrF signature: nrefs:1" in printed
+    report = json.loads(out.read_text())
+    assert [(r["set"], r["beam"]) for r in report["results"]] == [("test_sw", 1), ("test_sw", 4)]
+    assert all(r["sentences_per_s"] > 0 for r in report["results"])
+    assert report["metadata"]["source_lang"] == "en"
+    assert (tmp_path / "hyps" / "test_sw.beam4.de").read_text().splitlines()[0] == pairs(1)[0][1]
+
+
+def test_eval_is_deterministic_and_limit_works(overfit_model):
+    model_dir, corpus = overfit_model
+    runs = [evaluate.evaluate(str(model_dir), str(corpus), ["test_sw"], [2], limit=7, threads=1) for _ in range(2)]
+    strip = [[{k: v for k, v in r.items() if k not in ("seconds", "sentences_per_s")} for r in x["results"]]
+             for x in runs]
+    assert strip[0] == strip[1] and strip[0][0]["sentences"] == 7
+
+
+def test_register_adds_eval_subcommand():
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command")
+    evaluate.register(sub)
+    train.register(sub)
+    args = parser.parse_args(["eval", "--model", "m"])
+    assert args.func is evaluate.eval_command and args.beams == "1,4"
+    args = parser.parse_args(["train", "--out", "r", "--time-budget", "5"])
+    assert args.func is train.train_command and args.time_budget == 5 and args.threads is None
+    assert parser.parse_args(["average", "--run", "r", "--out", "o"]).func is train.average_command

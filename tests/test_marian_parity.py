@@ -1,0 +1,337 @@
+"""Parity of `import_marian` with Hugging Face's MarianMTModel on random (seeded) weights:
+teacher-forced logits, greedy and beam search tokens, scores and n-best order, against
+`generate(num_beams=k, early_stopping=True)`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import sentencepiece as spm
+import torch
+
+from model.checkpoint import load_checkpoint
+from model.marian import MarianImportError, import_marian
+from model.translator import Translator
+from tests.conftest import TINY_TEXT, train_tiny_spm
+
+transformers = pytest.importorskip("transformers")
+from transformers import MarianConfig, MarianMTModel, MarianTokenizer  # noqa: E402
+
+EOS, UNK = 0, 1  # Marian's convention; PAD is the last id
+WSCALE = 3.0
+SOURCES = [
+    [5, 9, 14, 22, 31, 7, 12, 40, 3, EOS],
+    [17, 8, EOS],
+    [33, 21, 5, 6, 11, 19, EOS],
+    [44, 45, 12, 13, 27, 30, 2, 9, 18, 25, 16, 4, EOS],
+    [60, 52, 38, 71, 66, EOS],
+    [3, 85, 47, 29, 58, 36, 90, 12, 77, EOS],
+]
+
+
+def marian_vocab(spm_path: Path) -> dict[str, int]:
+    """Marian-style vocab.json over a SentencePiece model: </s>=0, <unk>=1, pieces, <pad> last."""
+    sp = spm.SentencePieceProcessor(model_file=str(spm_path))
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    pieces = [p for p in pieces if p not in ("<pad>", "<unk>", "<s>", "</s>")]
+    vocab = {"</s>": EOS, "<unk>": UNK}
+    for p in pieces:
+        vocab[p] = len(vocab)
+    vocab["<pad>"] = len(vocab)
+    return vocab
+
+
+def randomize(model: MarianMTModel, seed: int, eos_bias: float) -> None:
+    """Weights far from HF's near-zero init, so outputs are peaked and every mapping matters."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("layer_norm.weight"):
+                p.copy_(1 + 0.2 * torch.randn(p.shape, generator=g))
+            elif p.dim() == 1:
+                p.copy_(0.2 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) * p.size(-1) ** -0.5 * (1.0 if "embed" in name or "shared" in name or "lm_head" in name else WSCALE))
+        bias = 0.5 * torch.randn(model.final_logits_bias.shape, generator=g)
+        bias[0, EOS] = eos_bias
+        model.final_logits_bias.copy_(bias)
+
+
+@pytest.fixture(scope="module")
+def tokenizer_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("marian_spm")
+    src = train_tiny_spm(d / "src", vocab_size=96)
+    tgt = train_tiny_spm(d / "tgt", vocab_size=72)
+    return {"src": (src, marian_vocab(src)), "tgt": (tgt, marian_vocab(tgt))}
+
+
+def build_hf(directory: Path, tokenizer_files, activation: str, shared: bool, eos_bias: float, seed: int = 0,
+             tie: bool = True, scale_embedding: bool = True) -> MarianMTModel:
+    """A random MarianMTModel saved (safetensors) with Marian tokenizer files into `directory`."""
+    src_spm, src_vocab = tokenizer_files["src"]
+    tgt_spm, tgt_vocab = tokenizer_files["src" if shared else "tgt"]
+    pad = src_vocab["<pad>"]
+    if not shared:  # one PAD id for both sides, as HF Marian has: give the target vocab the same PAD id
+        tgt_vocab = dict(tgt_vocab)
+        del tgt_vocab["<pad>"]
+        assert len(tgt_vocab) < pad
+        while len(tgt_vocab) < pad:  # made-up pieces for the ids in between, as Marian vocabularies have
+            tgt_vocab[f"madeupword{len(tgt_vocab)}"] = len(tgt_vocab)
+        tgt_vocab["<pad>"] = pad
+    config = MarianConfig(
+        vocab_size=len(src_vocab), decoder_vocab_size=None if shared else pad + 1, d_model=32,
+        encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, activation_function=activation,
+        scale_embedding=scale_embedding, share_encoder_decoder_embeddings=shared, tie_word_embeddings=tie,
+        pad_token_id=pad, eos_token_id=EOS, decoder_start_token_id=pad, forced_eos_token_id=None,
+        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+    )
+    torch.manual_seed(seed)
+    model = MarianMTModel(config).eval()
+    randomize(model, seed, eos_bias)
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory)
+    (directory / "source.spm").write_bytes(Path(src_spm).read_bytes())
+    (directory / "target.spm").write_bytes(Path(tgt_spm).read_bytes())
+    (directory / "vocab.json").write_text(json.dumps(src_vocab))
+    tok_config = {"separate_vocabs": not shared, "source_lang": "en", "target_lang": "de"}
+    if not shared:
+        (directory / "target_vocab.json").write_text(json.dumps(tgt_vocab))
+    (directory / "tokenizer_config.json").write_text(json.dumps(tok_config))
+    # compare against what a user would load from the directory, not the in-memory object
+    return MarianMTModel.from_pretrained(directory).eval()
+
+
+def padded(sources: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.full((len(sources), max(map(len, sources))), pad, dtype=torch.long)
+    for i, s in enumerate(sources):
+        ids[i, : len(s)] = torch.tensor(s)
+    return ids, ids != pad
+
+
+def hf_generate(model: MarianMTModel, sources, beam: int, n_best: int, max_new: int):
+    """HF outputs as per-sentence lists of (tokens without EOS, ended_with_eos, score, log_prob)."""
+    pad = model.config.pad_token_id
+    ids, mask = padded(sources, pad)
+    out = model.generate(
+        input_ids=ids, attention_mask=mask, num_beams=beam, num_return_sequences=n_best, early_stopping=True,
+        max_new_tokens=max_new, min_new_tokens=0, max_length=None, min_length=0, do_sample=False,
+        length_penalty=1.0, forced_eos_token_id=None, forced_bos_token_id=None, bad_words_ids=[[pad]],
+        no_repeat_ngram_size=0, repetition_penalty=1.0, decoder_start_token_id=pad, eos_token_id=EOS,
+        pad_token_id=pad, use_cache=True, return_dict_in_generate=True, output_scores=True, output_logits=True,
+    )
+    results = []
+    for row in range(ids.size(0) * n_best):
+        seq = out.sequences[row, 1:].tolist()
+        while seq and seq[-1] == pad:
+            seq.pop()
+        eos = bool(seq) and seq[-1] == EOS
+        toks = seq[:-1] if eos else seq
+        if beam == 1:  # greedy: log-prob from the raw logits of each step
+            steps = torch.stack(out.logits, dim=1)[row].log_softmax(-1)  # (T, V)
+            logp = float(sum(steps[t, tok] for t, tok in enumerate(seq)))
+            results.append((toks, eos, None, logp))
+        else:
+            results.append((toks, eos, float(out.sequences_scores[row]), None))
+    return [results[i * n_best : (i + 1) * n_best] for i in range(ids.size(0))]
+
+
+def our_generate(translator: Translator, sources, beam: int, n_best: int, max_new: int):
+    res = translator.translate(sources, beam_size=beam, n_best=n_best, length_penalty=1.0, max_length=max_new)
+    return [[(h.token_ids, h.ended_with_eos, h.score, h.log_prob) for h in r.hypotheses] for r in res]
+
+
+def assert_same_outputs(ours, hf, what: str):
+    for i, (o_hyps, h_hyps) in enumerate(zip(ours, hf)):
+        assert len(o_hyps) == len(h_hyps), f"{what}, sentence {i}: {len(o_hyps)} vs {len(h_hyps)} hypotheses"
+        for j, (o, h) in enumerate(zip(o_hyps, h_hyps)):
+            where = f"{what}, sentence {i}, hypothesis {j}"
+            assert o[0] == h[0], f"{where}: tokens differ\nours {o[0]}\nhf   {h[0]}"
+            assert o[1] == h[1], f"{where}: ended_with_eos {o[1]} vs {h[1]}"
+            if h[2] is not None:
+                assert o[2] == pytest.approx(h[2], abs=1e-4), f"{where}: score"
+            if h[3] is not None:
+                assert o[3] == pytest.approx(h[3], abs=1e-4), f"{where}: log-prob"
+
+
+CASES = {
+    # name: (activation, shared vocabulary, tied output, scale_embedding, seed, EOS bias); seed and
+    # bias picked so that (with MAX_NEW) some sentences end with EOS after a few tokens and others
+    # run to the cap, in greedy and in beam search -- the test asserts that this still holds
+    "swish-shared": ("swish", True, True, True, 2, 2.5),
+    "relu-separate": ("relu", False, True, True, 3, 3.0),
+    "gelu-untied-unscaled": ("gelu", True, False, False, 0, 2.0),
+}
+MAX_NEW = 12
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def pair(request, tmp_path_factory, tokenizer_files):
+    """(HF model, our Translator) over the same weights, EOS favoured enough for early ends."""
+    activation, shared, tie, scale, seed, eos_bias = CASES[request.param]
+    d = tmp_path_factory.mktemp(request.param)
+    hf = build_hf(d / "hf", tokenizer_files, activation, shared, eos_bias=eos_bias, seed=seed, tie=tie,
+                  scale_embedding=scale)
+    import_marian(d / "hf", d / "ours")
+    return hf, Translator(d / "ours", device="cpu", max_length_b=1000), d
+
+
+def test_config_mapping(pair):
+    hf, translator, _ = pair
+    c, h = translator.config, hf.config
+    assert (c.d_model, c.n_heads, c.d_ff, c.encoder_layers, c.decoder_layers) == (32, 4, 64, 2, 2)
+    assert c.norm == "post" and c.output_bias
+    assert c.activation == {"swish": "swish", "relu": "relu", "gelu": "gelu"}[h.activation_function]
+    # transformers 5 shares the embeddings only when both flags hold; untied, each module has its own
+    assert c.share_embeddings == (h.share_encoder_decoder_embeddings and h.tie_word_embeddings)
+    assert c.tie_output == h.tie_word_embeddings
+    assert c.scale_embedding == h.scale_embedding
+    assert (c.pad_id, c.eos_id, c.decoder_start_id, c.unk_id) == (h.pad_token_id, EOS, h.pad_token_id, UNK)
+    assert c.max_positions == h.max_position_embeddings
+    assert c.tgt_vocab_size == h.decoder_vocab_size
+
+
+def test_teacher_forced_logits(pair):
+    hf, translator, _ = pair
+    model, pad = translator.model, hf.config.pad_token_id
+    src, mask = padded(SOURCES, pad)
+    g = torch.Generator().manual_seed(1)
+    tgt = torch.randint(2, pad, (len(SOURCES), 9), generator=g)
+    tgt[:, 0] = pad  # decoder start
+    with torch.no_grad():
+        ref = hf(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
+        memory, src_mask = model.encode(src)
+        ours, _ = model.decode(tgt, memory, src_mask)
+    torch.testing.assert_close(ours, ref, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("beam,n_best", [(1, 1), (4, 1), (4, 4)])
+def test_search_matches_generate(pair, beam, n_best):
+    hf, translator, _ = pair
+    hf_out = hf_generate(hf, SOURCES, beam, n_best, MAX_NEW)
+    ours = our_generate(translator, SOURCES, beam, n_best, MAX_NEW)
+    assert_same_outputs(ours, hf_out, f"beam {beam}, n_best {n_best}")
+    best = [(len(hyps[0][0]), hyps[0][1]) for hyps in hf_out]
+    # only meaningful if it mixes sentences that end with EOS and ones that hit the cap
+    assert any(eos for _, eos in best) and not all(eos for _, eos in best), f"(length, EOS) per sentence: {best}"
+    if beam > 1:
+        assert any(eos and n > 0 for n, eos in best), f"no EOS after the first step: {best}"
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_length_cap(tmp_path, tokenizer_files, beam):
+    """EOS disfavoured: every sentence runs to the cap; HF and ours agree on tokens and scores."""
+    hf = build_hf(tmp_path / "hf", tokenizer_files, "swish", True, eos_bias=-6.0, seed=3)
+    import_marian(tmp_path / "hf", tmp_path / "ours")
+    translator = Translator(tmp_path / "ours", device="cpu", max_length_b=1000)
+    hf_out = hf_generate(hf, SOURCES, beam, beam, MAX_NEW)
+    assert_same_outputs(our_generate(translator, SOURCES, beam, beam, MAX_NEW), hf_out, f"cap, beam {beam}")
+    assert all(len(h[0]) == MAX_NEW and not h[1] for hyps in hf_out for h in hyps)
+
+
+@pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
+def test_text_round_trip(pair):
+    """Strings through both tokenizers: the same source ids and the same translation text."""
+    hf, translator, d = pair
+    tok = MarianTokenizer.from_pretrained(d / "hf")
+    texts = [TINY_TEXT[0], TINY_TEXT[4], "Save the document."]
+    enc = tok(texts, padding=True, return_tensors="pt")
+    for row, text in enumerate(texts):
+        ids = enc.input_ids[row][enc.attention_mask[row].bool()].tolist()
+        assert translator.encode(text) == ids
+    out = hf.generate(**enc, num_beams=4, early_stopping=True, max_new_tokens=MAX_NEW, min_new_tokens=0,
+                      max_length=None, forced_eos_token_id=None, do_sample=False, length_penalty=1.0,
+                      bad_words_ids=[[hf.config.pad_token_id]])
+    ours = translator.translate(texts, beam_size=4, max_length=MAX_NEW)
+    assert [r.hypotheses[0].text for r in ours] == tok.batch_decode(out, skip_special_tokens=True)
+
+
+def test_refusals(tmp_path, tokenizer_files):
+    build_hf(tmp_path / "hf", tokenizer_files, "swish", True, eos_bias=0.0)
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+
+    def refused(match: str, **changes):
+        bad = tmp_path / f"bad{len(list(tmp_path.iterdir()))}"
+        bad.mkdir()
+        for f in (tmp_path / "hf").iterdir():
+            (bad / f.name).write_bytes(f.read_bytes())
+        (bad / "config.json").write_text(json.dumps({**config, **changes}))
+        with pytest.raises(MarianImportError, match=match):
+            import_marian(bad, tmp_path / "out")
+        return bad
+
+    refused("normalize_before", normalize_before=True)
+    refused("layernorm_embedding", layernorm_embedding=True)
+    refused("activation_function", activation_function="gelu_new")
+    refused("decoder_attention_heads", decoder_attention_heads=8)
+    refused(r"shape \(", d_model=64, encoder_attention_heads=4, decoder_attention_heads=4)
+    bad = tmp_path / "pickled"
+    bad.mkdir()
+    for f in (tmp_path / "hf").iterdir():
+        (bad / f.name).write_bytes(f.read_bytes())
+    (bad / "model.safetensors").rename(bad / "pytorch_model.bin")
+    with pytest.raises(MarianImportError, match="never loads pickled"):
+        import_marian(bad, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_registration(tmp_path, tokenizer_files):
+    import argparse
+
+    from model import marian
+
+    build_hf(tmp_path / "hf", tokenizer_files, "relu", False, eos_bias=0.0)
+    parser = argparse.ArgumentParser()
+    marian.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["import-marian", str(tmp_path / "hf"), str(tmp_path / "ours")])
+    args.func(args)
+    model, tokenizer, metadata = load_checkpoint(tmp_path / "ours")
+    assert metadata["source_lang"] == "en" and metadata["imported_from"]["separate_vocabs"]
+    assert tokenizer.target_vocab is not None and tokenizer.target_vocab != tokenizer.source_vocab
+
+
+def test_weight_layouts(tmp_path, tokenizer_files):
+    """Older files carry every tied copy and the sinusoidal tables: accepted when consistent, and
+    the result is the same checkpoint; extra or inconsistent tensors are refused."""
+    from safetensors.torch import load_file, save_file
+
+    from model.transformer import sinusoidal_positions
+
+    hf = build_hf(tmp_path / "hf", tokenizer_files, "swish", True, eos_bias=0.0)
+    import_marian(tmp_path / "hf", tmp_path / "ours")
+    reference = load_file(str(tmp_path / "ours" / "model.safetensors"))
+    weights = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    c = hf.config
+    table = sinusoidal_positions(c.max_position_embeddings, c.d_model)
+
+    def variant(name: str, tensors: dict) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        for f in (tmp_path / "hf").iterdir():
+            if f.name != "model.safetensors":
+                (d / f.name).write_bytes(f.read_bytes())
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(d / "model.safetensors"))
+        return d
+
+    shared = weights["model.shared.weight"]
+    legacy = {**weights, "model.encoder.embed_tokens.weight": shared.clone(), "lm_head.weight": shared.clone(),
+              "model.decoder.embed_tokens.weight": shared.clone(),
+              "model.encoder.embed_positions.weight": table, "model.decoder.embed_positions.weight": table.clone()}
+    import_marian(variant("legacy", legacy), tmp_path / "legacy_out")
+    converted = load_file(str(tmp_path / "legacy_out" / "model.safetensors"))
+    assert converted.keys() == reference.keys()
+    assert all(torch.equal(converted[k], reference[k]) for k in reference)
+
+    with pytest.raises(MarianImportError, match="embed_positions.weight is not the sinusoidal"):
+        import_marian(variant("learned", {**weights, "model.decoder.embed_positions.weight": table + 0.1}),
+                      tmp_path / "out")
+    with pytest.raises(MarianImportError, match="lm_head.weight differs"):
+        import_marian(variant("untied", {**weights, "lm_head.weight": shared + 1}), tmp_path / "out")
+    extra = {**weights, "model.encoder.layernorm_embedding.weight": torch.ones(c.d_model)}
+    with pytest.raises(MarianImportError, match="unexpected tensors.*layernorm_embedding"):
+        import_marian(variant("extra", extra), tmp_path / "out")
+    missing = {k: v for k, v in weights.items() if k != "model.decoder.layers.1.encoder_attn.v_proj.weight"}
+    with pytest.raises(MarianImportError, match="missing model.decoder.layers.1.encoder_attn.v_proj.weight"):
+        import_marian(variant("missing", missing), tmp_path / "out")

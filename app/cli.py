@@ -16,8 +16,8 @@ def serve_command(args) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser, subparsers = build_parser()
     p = subparsers.add_parser("serve", help="serve the HTTP API (default: the shipped en-de model)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--host", default=None, help="bind address (default: NMT_HOST or 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="port (default: NMT_PORT or 8000)")
     p.add_argument("--model", action="append", help="checkpoint directory; repeat for several models")
     p.set_defaults(func=serve_command)
     args = parser.parse_args(argv)

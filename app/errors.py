@@ -33,19 +33,20 @@ def _shorten(value, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-_TYPE_TAGS = {"str", "int", "float", "bool", "none", "list[str]"}
+_TYPE_TAGS = {"str", "int", "float", "bool", "none"}
 
 
 def describe_validation(errors: list[dict], known_fields: list[str] | None = None) -> str:
-    """pydantic errors as one line, 'field: problem (got value)' joined by '; '; the branches of a
-    union (str | list[str]) are merged into one 'or'."""
+    """pydantic errors as one line, 'field: problem (got value)' joined by '; '. A union's branches
+    (str | list[str]) are merged into one 'or', and a branch that failed deeper (text.1 in a
+    list) stands for the union."""
     problems: dict[str, list[str]] = {}
     got: dict[str, str] = {}
     for e in errors:
         kind, message = e.get("type", ""), e.get("msg", "invalid")
         if kind == "json_invalid":
             return f"malformed JSON: {e.get('ctx', {}).get('error', message)}"
-        loc = [str(x) for x in e.get("loc", ()) if x != "body" and str(x) not in _TYPE_TAGS]
+        loc = [str(x) for x in e.get("loc", ()) if x != "body" and str(x) not in _TYPE_TAGS and "[" not in str(x)]
         field = ".".join(loc) or ("" if kind == "value_error" else "body")  # a model validator names its fields
         if kind == "missing":
             message = "required"
@@ -60,6 +61,8 @@ def describe_validation(errors: list[dict], known_fields: list[str] | None = Non
         problems.setdefault(field, [])
         if message not in problems[field]:
             problems[field].append(message)
+    for field in [f for f in problems if f and any(other.startswith(f + ".") for other in problems)]:
+        del problems[field]
     parts = []
     for field, messages in list(problems.items())[:5]:
         text = " or ".join(messages) + (f" (got {got[field]})" if field in got else "")

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import RedirectResponse
-from fastapi.staticfiles import StaticFiles
 
 from app import errors, ui
 from app.metrics import MetricsMiddleware
@@ -62,15 +59,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(MetricsMiddleware, metrics=service.metrics)
     for module in (translate, alignments, models, libretranslate, health):
         app.include_router(module.router)
-    app.include_router(ui.router)  # the attention viewer: / and /static/* (app/ui.py); before the / redirect below
-    has_ui = (STATIC / "index.html").is_file()
-    if has_ui:
-        app.mount("/ui", StaticFiles(directory=STATIC, html=True), name="ui")
-
-    @app.get("/", include_in_schema=False)
-    async def root():
-        return RedirectResponse("/ui/" if has_ui else "/docs")
-
+    app.include_router(ui.router)  # the attention viewer: / and /static/* (app/ui.py)
     app.openapi = _openapi_without_422(app)
     return app
 

@@ -3,8 +3,8 @@
 A request becomes a Job of items (one per text). Items wait in one FIFO per BatchKey (the model
 and every decoding option, because only items decoded the same way can share a beam search).
 When a worker slot is free, the key whose oldest item is oldest goes first, provided it holds a
-full token budget or that item has waited max_wait; items leave in arrival order up to the
-budget. So one job's items may run in several batches, even on several workers at once, and
+full token budget or that item has waited max_wait; its oldest item leaves with the items
+closest to it in length, up to the budget. So one job's items may run in several batches, even on several workers at once, and
 each result is put back at its item's index: a job resolves with its own results, in order.
 A batch that fails is retried request by request, so one bad input fails only its own request.
 
@@ -95,7 +95,6 @@ class Scheduler:
         self.queued_cost: dict[BatchKey, int] = {}
         self.queued = 0
         self.in_flight = 0
-        self.batches_run = 0
         self._wake = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task | None = None
@@ -152,6 +151,8 @@ class Scheduler:
                 for item in queue:
                     item.job.fail(ShuttingDown("the server shut down before this request ran"))
             self.queues.clear()
+            self.queued_cost.clear()
+            self.queued = 0
 
     async def _loop(self) -> None:
         while True:
@@ -181,24 +182,37 @@ class Scheduler:
         return best
 
     def _take(self, key: BatchKey) -> list[_Item]:
-        """Items in arrival order while items x longest source x beams fits the budget (at least one)."""
-        queue, batch, longest = self.queues[key], [], 0
-        while queue:
-            new_longest = max(longest, queue[0].length)
-            if batch and (len(batch) + 1) * new_longest * key.beam_size > self.batch_tokens:
-                break
-            item = queue.popleft()
-            batch.append(item)
+        """The oldest item, then the items closest to it in length (earlier first among equals),
+        while items x longest source x beams fits the budget.
+
+        The oldest always goes, so nothing starves; similar lengths waste less on padding and on
+        beams that run on after the rest of the batch has finished.
+        """
+        queue, budget = self.queues[key], self.batch_tokens // key.beam_size
+        oldest = queue[0]
+        others = sorted(range(1, len(queue)), key=lambda i: abs(queue[i].length - oldest.length))
+        chosen, longest = [0], oldest.length
+        for i in others:
+            new_longest = max(longest, queue[i].length)
+            if (len(chosen) + 1) * new_longest > budget:
+                if queue[i].length > longest:
+                    continue  # a longer one does not fit; a shorter one further on may
+                break  # (n + 1) x longest alone is over the budget: nothing more fits
+            chosen.append(i)
             longest = new_longest
-            self.queued_cost[key] -= item.cost
+        taken = set(chosen)
+        batch = [queue[i] for i in sorted(chosen)]
+        kept = deque(item for i, item in enumerate(queue) if i not in taken)
         self.queued -= len(batch)
-        if not queue:
+        if kept:
+            self.queues[key] = kept
+            self.queued_cost[key] -= sum(item.cost for item in batch)
+        else:
             del self.queues[key], self.queued_cost[key]
         return batch
 
     def _launch(self, key: BatchKey, batch: list[_Item]) -> None:
         self.in_flight += 1
-        self.batches_run += 1
         if self.on_batch:
             self.on_batch(key, len(batch), len(batch) * max(item.length for item in batch))
         task = asyncio.create_task(self._run(key, batch))

@@ -1,8 +1,8 @@
 """What the routes share: the served models, the scheduler, the workers, the alignment store.
 
-A route validates, then calls `translate`, which tokenizes (counting tokens against the model's
-limit), enqueues one Job and waits for it, for the request's deadline or the client's
-disconnect, whichever comes first; both drop the job's queued items.
+A route validates its body, tokenizes with `encode` (which counts tokens against the model's
+limit), then `translate` enqueues one Job and waits for it, up to the request's deadline or the
+client's disconnect, whichever comes first; both drop the job's queued items.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from app.alignments import AlignmentStore
 from app.errors import ApiError
 from app.metrics import Metrics
 from app.registry import Registry, ServedModel
-from app.scheduler import BatchKey, Job, QueueFull, Scheduler, ShuttingDown
+from app.scheduler import BatchKey, QueueFull, Scheduler, ShuttingDown
 from app.settings import Settings
 from app.worker import WorkerError, WorkerPool
 from model.translator import TranslationResult

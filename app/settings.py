@@ -30,7 +30,8 @@ class Settings(BaseSettings):
     model_dirs: CommaList = Field(["checkpoints/en-de"], description="Checkpoint directories to serve, one per "
                                   "language pair; the model id is '<source_lang>-<target_lang>' from metadata.json.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="'auto' takes CUDA when available.")
-    dtype: Literal["float32", "float16", "bfloat16"] = Field("float32", description="Weights and activations dtype.")
+    dtype: Literal["float32", "float16", "bfloat16", "int8"] = Field(
+        "float32", description="Weights and activations dtype; int8: dynamically quantized Linear layers, CPU only.")
     workers: int = Field(0, ge=0, le=64, description="Model worker processes. 0: one per GPU on CUDA; on CPU, "
                          "cores // threads_per_worker.")
     threads_per_worker: int = Field(0, ge=0, le=256, description="torch intra-op threads in each CPU worker. "
@@ -51,7 +52,7 @@ class Settings(BaseSettings):
     alignment_ttl_s: float = Field(3600.0, gt=0, description="Seconds a stored alignment lives.")
     cors_origins: CommaList = Field([], description="Origins allowed by CORS ('*' for any); empty: CORS off.")
     api_keys: CommaList = Field([], description="When set, every translate call needs one of these keys (body "
-                                "'api_key', header 'X-API-Key' or 'Authorization: Bearer').")
+                                "'api_key' or header 'X-API-Key').")
     host: str = Field("127.0.0.1", description="Bind address of `nmt serve`.")
     port: int = Field(8000, ge=0, le=65535, description="Port of `nmt serve`.")
     worker_start_timeout_s: float = Field(600.0, gt=0, description="Longest a worker may take to load its models.")
@@ -73,6 +74,8 @@ class Settings(BaseSettings):
         if kind == "cuda":
             if not cuda_devices:
                 raise ValueError("NMT_DEVICE=cuda but no CUDA device is visible")
+            if self.dtype == "int8":
+                raise ValueError("NMT_DTYPE=int8 runs on the CPU only: set NMT_DEVICE=cpu or another dtype")
             count = self.workers or cuda_devices
             return kind, [f"cuda:{i % cuda_devices}" for i in range(count)], self.threads_per_worker or 1
         cores = os.cpu_count() or 1

@@ -26,7 +26,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from app.scheduler import BatchKey
+from model.translator import Translator
 
 # Test-only faults (NMT_FAULT_INJECTION=true): a source containing one of these words makes the
 # worker raise, exit abruptly, or stall for a second.
@@ -64,10 +67,6 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
     # Ctrl-C reaches the whole process group; the server decides when workers stop, after
     # finishing in-flight work.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    import torch
-
-    from model.translator import Translator
-
     torch.set_num_threads(threads)
     try:
         translators = {model_id: Translator(d, device=device, dtype=dtype) for model_id, d in models.items()}
@@ -85,7 +84,6 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
             # shutdown and restarts quicker
             os._exit(0)
         key, sources = message
-        start = time.perf_counter()
         try:
             translator = translators[key.model]
             if fault_injection:
@@ -94,11 +92,16 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
                                            length_penalty=key.length_penalty, max_length=key.max_length,
                                            return_attention=key.attention, batch_tokens=batch_tokens)
         except Exception as e:
-            if device.startswith("cuda"):
+            # A CUDA error other than OOM (a device-side assert) poisons the context for good:
+            # only a new process recovers, so say so and exit.
+            fatal = device.startswith("cuda") and "CUDA error" in str(e)
+            if device.startswith("cuda") and not fatal:
                 torch.cuda.empty_cache()  # after an OOM, give the next batch the memory back
-            _send(conn, ("error", f"{type(e).__name__}: {e}"))
+            _send(conn, ("fatal" if fatal else "error", f"{type(e).__name__}: {e}"))
+            if fatal:
+                os._exit(1)
         else:
-            _send(conn, ("ok", results, time.perf_counter() - start))
+            _send(conn, ("ok", results))
 
 
 @dataclass
@@ -188,7 +191,7 @@ class WorkerPool:
         except asyncio.TimeoutError:
             return "failed", f"did not load within {self.start_timeout_s:.0f} s"
         except (EOFError, OSError):
-            w.process.join(5)
+            await loop.run_in_executor(None, w.process.join, 5)
             return "failed", f"exited while loading (exit code {w.process.exitcode})"
 
     def _kill(self, w: Worker) -> None:
@@ -209,24 +212,33 @@ class WorkerPool:
             reply = await asyncio.wait_for(asyncio.shield(call), self.batch_timeout_s)
         except (EOFError, OSError, asyncio.TimeoutError) as e:
             hung = isinstance(e, asyncio.TimeoutError)
+            if not hung:  # it is dying: let it, to report its own exit code
+                await asyncio.get_running_loop().run_in_executor(None, w.process.join, 2)
             self._kill(w)  # a hung worker must go; the pipe thread then sees EOF
-            w.restarts += 1
-            w.state = "restarting"
-            w.reason = (f"worker {w.index} hung for {self.batch_timeout_s:.0f} s and was killed" if hung
-                        else f"worker {w.index} exited (exit code {w.process.exitcode})")
-            log.error("%s; restarting it", w.reason)
-            self._background(self._boot(w))
-            raise WorkerError(w.reason) from e
+            reason = (f"hung for {self.batch_timeout_s:.0f} s and was killed" if hung
+                      else f"exited (exit code {w.process.exitcode})")
+            raise self._replace(w, reason) from e
         finally:
             w.busy_seconds += time.monotonic() - start
             w.batches += 1
             if self.on_busy:
                 self.on_busy(w.index, time.monotonic() - start)
+        if reply[0] == "fatal":
+            self._kill(w)
+            raise self._replace(w, f"failed beyond repair: {reply[1]}")
         w.state = "idle"
         self._idle.put_nowait(w)
         if reply[0] == "error":
             raise WorkerError(f"worker {w.index}: {reply[1]}")
         return reply[1]
+
+    def _replace(self, w: Worker, reason: str) -> WorkerError:
+        """Start a new process for w; the error to fail its batch with."""
+        w.restarts += 1
+        w.state, w.reason = "restarting", f"worker {w.index} {reason}"
+        log.error("%s; restarting it", w.reason)
+        self._background(self._boot(w))
+        return WorkerError(w.reason)
 
     def status(self) -> tuple[bool, str]:
         """(all workers alive, why not)."""

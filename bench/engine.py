@@ -18,12 +18,16 @@ Each row's outputs are checked for that length. tokens/s counts source + target 
 batch (beams do not multiply it). Each row: one warm-up, then --repeat timed runs, median;
 torch threads (ours, HF) and CTranslate2 intra_threads are set per row. The timed runs of all
 engines for one (threads, beam, batch) row are interleaved, so background load hits them alike.
+
+On a shared or oversubscribed CPU run with OMP_WAIT_POLICY=PASSIVE: OpenMP's default spin-waiting
+makes every small torch op wait for a descheduled thread, and multi-thread rows collapse.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -199,8 +203,13 @@ class Ours:
             if m.output_proj.bias is None:
                 m.output_proj.bias = torch.nn.Parameter(torch.zeros(c.tgt_vocab_size, dtype=m.output_proj.weight.dtype))
             m.output_proj.bias[c.eos_id] = -1e4
-        if compute == "int8":
-            self.t.model = torch.ao.quantization.quantize_dynamic(m, {torch.nn.Linear}, dtype=torch.qint8)
+        if compute == "int8":  # what Translator(dtype="int8") runs, applied after the EOS bias is set
+            try:
+                from model.translator import quantize_linear_int8
+            except ImportError:  # older tree
+                def quantize_linear_int8(module):
+                    return torch.ao.quantization.quantize_dynamic(module, {torch.nn.Linear}, dtype=torch.qint8)
+            self.t.model = quantize_linear_int8(m)
         self.vocab = c.src_vocab_size
         self.special = {c.pad_id, c.eos_id, c.unk_id, c.bos_id, c.decoder_start_id}
         self.eos = c.eos_id
@@ -234,18 +243,20 @@ class HF:
 class CT2:
     name = "ct2"
 
-    def __init__(self, ct2_dir: Path, compute: str, threads: int, id_to_token: list[str]):
+    def __init__(self, ct2_dir: Path, compute: str, threads: int, id_to_token: list[str], pad: str | None = None):
         import ctranslate2
 
         self.t = ctranslate2.Translator(str(ct2_dir), device="cpu", compute_type=compute,
                                         intra_threads=threads, inter_threads=1)
         self.id_to_token = id_to_token
+        # our search never emits PAD; a converted Marian model has no PAD entry, ours do
+        self.suppress = [[pad]] if pad is not None else None
 
     def run(self, sources: list[list[int]], beam: int, tgt_len: int):
         tokens = [[self.id_to_token[i] for i in s] for s in sources]
         res = self.t.translate_batch(tokens, beam_size=beam, max_decoding_length=tgt_len,
                                      min_decoding_length=tgt_len, num_hypotheses=1, length_penalty=1.0,
-                                     max_batch_size=0, return_scores=False)
+                                     max_batch_size=0, return_scores=False, suppress_sequences=self.suppress)
         return [r.hypotheses[0] if "</s>" not in r.hypotheses[0] else None for r in res]
 
 
@@ -282,6 +293,22 @@ def time_rows(engines: list, sources, beam: int, tgt_len: int, repeat: int, thre
     return [statistics.median(t) for t in times]
 
 
+def agreement(live, sources, beams: list[int], tgt_len: int, token_to_id: dict[str, int]) -> None:
+    """Token agreement of the float32 engines on the same weights (they should be identical)."""
+    fp32 = [(name, e) for name, compute, e in live if compute == "float32"]
+    for beam in beams:
+        outs = {}
+        for name, e in fp32:
+            out = e.run(sources, beam, tgt_len)
+            outs[name] = [[token_to_id.get(t, -1) if isinstance(t, str) else t for t in row] for row in out]
+        names = list(outs)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                same = sum(x == y for ra, rb in zip(outs[a], outs[b]) for x, y in zip(ra, rb))
+                print(f"agreement beam {beam}: {a} vs {b}: {same / (tgt_len * len(sources)):.1%} of tokens identical",
+                      file=sys.stderr)
+
+
 def profile_ours(ckpt: Path, compute: str, threads: int, beam: int, sources, tgt_len: int) -> None:
     from torch.profiler import ProfilerActivity, profile
 
@@ -310,6 +337,29 @@ def fmt_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def fmt_goal(rows: list[Row]) -> str:
+    """Each engine at its best (compute, threads) per (beam, batch): ours against CTranslate2 int8
+    and HF float32, the comparison issue 6 asks for. Rows timed in different runs do not mix."""
+    def best(engine, compute=None):
+        out = {}
+        for r in rows:
+            if r.engine == engine and compute in (None, r.compute):
+                key = (r.beam, r.batch)
+                if key not in out or r.tokens_per_s > out[key].tokens_per_s:
+                    out[key] = r
+        return out
+
+    ours, ct2, hf = best("ours"), best("ct2", "int8"), best("hf")
+    lines = ["| beam | batch | ours best (compute, threads) | tokens/s | ct2 int8 best (threads) | tokens/s "
+             "| ours / ct2 int8 | HF best | ours / HF |", "|---:|---:|---|---:|---|---:|---:|---:|---:|"]
+    for key in sorted(ours):
+        o, c, h = ours[key], ct2.get(key), hf.get(key)
+        lines.append(f"| {key[0]} | {key[1]} | {o.compute}, {o.threads} | {o.tokens_per_s:,.0f} | "
+                     + (f"{c.threads} | {c.tokens_per_s:,.0f} | {o.tokens_per_s / c.tokens_per_s:.2f} | " if c else "- | - | - | ")
+                     + (f"{h.tokens_per_s:,.0f} | {o.tokens_per_s / h.tokens_per_s:.2f} |" if h else "- | - |"))
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> list[Row]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", choices=sorted(SHAPES), default="small")
@@ -318,13 +368,15 @@ def main(argv: list[str] | None = None) -> list[Row]:
     ap.add_argument("--beams", default="1,4")
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--ours-compute", default="float32,int8", help="float32, int8 (dynamic), bfloat16")
+    ap.add_argument("--ours-compute", default="float32,int8,bfloat16", help="float32, int8 (dynamic), bfloat16")
     ap.add_argument("--ct2-compute", default="float32,int8")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--src-len", type=int, default=25, help="source tokens, EOS included")
     ap.add_argument("--tgt-len", type=int, default=30, help="forced target tokens")
     ap.add_argument("--workdir", type=Path, default=ROOT / "artifacts" / "bench")
     ap.add_argument("--json", type=Path, help="also write the rows here")
+    ap.add_argument("--agree", action="store_true",
+                    help="first check that the float32 engines produce the same tokens (8 sentences, each beam)")
     ap.add_argument("--profile", action="store_true",
                     help="instead of timing: torch.profiler over ours (first compute, beam, batch, thread count)")
     args = ap.parse_args(argv)
@@ -340,7 +392,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
             engines.remove("hf")
         ckpt, hf_dir, ct2_dir = args.model, None, None
         if "ct2" in engines:
-            ct2_dir = args.workdir / f"ct2-{args.model.resolve().name}"
+            stamp = int((args.model / "model.safetensors").stat().st_mtime)
+            ct2_dir = args.workdir / f"ct2-{args.model.resolve().name}-{stamp}"
             if not (ct2_dir / "model.bin").is_file():
                 try:
                     our_checkpoint_to_ct2(args.model, ct2_dir)
@@ -356,6 +409,9 @@ def main(argv: list[str] | None = None) -> list[Row]:
     special = {c.pad_id, c.eos_id, c.unk_id, c.bos_id, c.decoder_start_id}
     by_id = tok.source_pieces_by_id
     id_to_token = [by_id.get(i, f"<id{i}>") if by_id else tok.source_sp.id_to_piece(i) for i in range(c.src_vocab_size)]
+    tgt_by_id = tok.target_pieces_by_id
+    tgt_token_to_id = {(tgt_by_id.get(i, f"<id{i}>") if tgt_by_id else tok.target_sp.id_to_piece(i)): i
+                       for i in range(c.tgt_vocab_size)}
     max_batch = max(ints(args.batches))
     all_sources = make_sources(max_batch, args.src_len, c.src_vocab_size, special, c.eos_id)
 
@@ -366,7 +422,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
 
     rows: list[Row] = []
     header = f"shape {args.model or args.shape}: {args.src_len}-token sources, {args.tgt_len} forced target tokens, " \
-             f"median of {args.repeat}"
+             f"median of {args.repeat}, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}"
     print(header, file=sys.stderr)
     variants = []  # (engine name, compute, factory(threads))
     if "ours" in engines:
@@ -376,23 +432,28 @@ def main(argv: list[str] | None = None) -> list[Row]:
         variants.append(("hf", "float32", lambda t: HF(hf_dir)))
     if "ct2" in engines:
         for ct in args.ct2_compute.split(","):
-            variants.append(("ct2", ct, lambda t, ct=ct: CT2(ct2_dir, ct, t, id_to_token)))
+            pad = {i: t for t, i in tgt_token_to_id.items()}[c.pad_id] if args.model else None
+            variants.append(("ct2", ct, lambda t, ct=ct, pad=pad: CT2(ct2_dir, ct, t, id_to_token, pad)))
     for threads in ints(args.threads):
         torch.set_num_threads(threads)
-        engines = [(name, compute, factory(threads)) for name, compute, factory in variants]
+        live = [(name, compute, factory(threads)) for name, compute, factory in variants]
+        if args.agree and threads == ints(args.threads)[0]:
+            agreement(live, all_sources[:8], ints(args.beams), args.tgt_len, tgt_token_to_id)
         for beam in ints(args.beams):
             for batch in ints(args.batches):
-                seconds = time_rows([e for _, _, e in engines], all_sources[:batch], beam, args.tgt_len,
+                seconds = time_rows([e for _, _, e in live], all_sources[:batch], beam, args.tgt_len,
                                     args.repeat, threads)
-                for (name, compute, _), sec in zip(engines, seconds):
+                for (name, compute, _), sec in zip(live, seconds):
                     tps = batch * (args.src_len + args.tgt_len) / sec
                     rows.append(Row(name, compute, threads, beam, batch, tps, sec))
                     print(f"  {name:4} {compute:8} threads {threads} beam {beam} batch {batch:3}: "
                           f"{tps:9,.0f} tokens/s ({sec:.3f} s)", file=sys.stderr, flush=True)
-        del engines
+        del live
     rows.sort(key=lambda r: (r.threads, r.beam, r.batch, ["hf", "ours", "ct2"].index(r.engine), r.compute))
     print(header)
     print(fmt_table(rows))
+    print()
+    print(fmt_goal(rows))
     if args.json:
         args.json.write_text(json.dumps([r.__dict__ for r in rows], indent=1))
     return rows

@@ -52,6 +52,9 @@ def save_checkpoint(out_dir: Path, model: Transformer, source_spm: Path, target_
         if vocab is not None:
             (out / name).write_text(json.dumps(vocab, ensure_ascii=False))
     (out / "metadata.json").write_text(json.dumps(metadata, indent=2, ensure_ascii=False) + "\n")
+    for f in out.iterdir():  # safetensors writes 0600; a service user other than the trainer must read it
+        if f.is_file():
+            f.chmod(0o644)
 
 
 def load_checkpoint(directory: Path, device: str | torch.device = "cpu", dtype: str = "float32"):

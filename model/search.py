@@ -7,6 +7,11 @@ score log_prob / length^alpha (length counts the EOS); the best k candidates tha
 continue. A sentence is done when k hypotheses are set aside or its cap is reached, and it
 then leaves the batch (its cache rows are dropped), so a batch shrinks as sentences finish.
 
+Sequences are not carried along: each step records its candidates (token, the row they
+extend, log-prob) and which of them continue; a finished hypothesis is a reference
+(step, candidate) into that history, and its tokens (and attention) are read back by
+following back-pointers once the search is over.
+
 Shapes: B sentences still running, k beams, N = B * k decoder rows, V target vocabulary,
 L decoder layers, H heads, S padded source length, T target positions.
 """
@@ -20,6 +25,11 @@ from torch import Tensor
 
 from model.transformer import Transformer
 
+# entries per block of the two-level top-k (measured: 32 beats 16, 64 and more at V = 32000)
+_BLOCKS = 32
+# floats per slice of rows in the vocabulary-wide passes (1 MiB: within a core's L2)
+_CACHE_FLOATS = 1 << 18
+
 
 @dataclass
 class Hypothesis:
@@ -32,11 +42,63 @@ class Hypothesis:
 
 @dataclass
 class _Step:
-    """What attention capture keeps of one step to retrace each hypothesis's own path."""
+    """One step's candidates, all (B, 2k) over this step's running sentences `sent` (B,)."""
 
-    position: Tensor  # (B_orig,) where each original sentence sits in this step's batch
-    attention: Tensor  # (B, k, L, H, S) encoder-decoder attention of this step's rows
-    parents: Tensor | None = None  # (B, k) row (at this step) each next-step row extends
+    sent: Tensor  # original index of each running sentence
+    scores: Tensor  # accumulated log-prob of each candidate
+    row: Tensor  # beam (0..k-1) each candidate extends
+    token: Tensor  # token it appends
+    keep: Tensor | None = None  # (B, k) candidate that each next-step beam is
+    attention: Tensor | None = None  # (B, k, L, H, S) encoder-decoder attention of this step's beams
+
+
+def topk_rows(x: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """x.topk(n, dim=-1) for (R, V) rows of a wide vocabulary, in two passes.
+
+    torch's row top-k is slow on wide rows, an elementwise max is fast. Cut each row into
+    V / _BLOCKS blocks of _BLOCKS entries (block j: entries j, j + V/_BLOCKS, ...) and take
+    each block's max: the best n of a row lie in its n blocks with the highest maxima (a block
+    outside them has n block maxima above or equal to all its entries), so rank the blocks,
+    then only the entries of those n. Values are exactly those of x.topk (indices may differ
+    only among equal values).
+    """
+    R, V = x.shape
+    width = V // _BLOCKS  # blocks per row
+    if V % _BLOCKS or width < 4 * n:
+        return x.topk(n, dim=-1)
+    blocks = x.view(R, _BLOCKS, width)  # blocks[:, :, j] is block j
+    best = blocks.amax(1).topk(n, dim=-1).indices  # (R, n) blocks
+    inside = blocks.gather(2, best[:, None, :].expand(-1, _BLOCKS, -1)).view(R, _BLOCKS * n)
+    values, at = inside.topk(n, dim=-1)  # (R, n); entry at = i * n + b: i-th of block best[b]
+    return values, (at // n) * width + best.gather(1, at % n)
+
+
+def top_candidates(logits: Tensor, run_scores: Tensor, n: int, pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The n best continuations of each sentence: run_scores (B, k) plus log_softmax(logits)
+    (N, V), ranked over all k * V (beam, token) pairs, PAD excluded. Returns their scores,
+    beams and tokens, (B, n) each, best first.
+
+    Same selection as topk over (run_scores + log_softmax(logits)).view(B, k * V), but that
+    (B, k * V) sum is never formed: adding a row's score keeps the order within the row, so a
+    sentence's best n are among the best n of each of its rows.
+    """
+    B, k = run_scores.shape
+    m = min(n, logits.size(-1))
+    # a few rows at a time, so that each (rows, V) float32 block stays in cache across its passes
+    # (the vocabulary-wide passes are memory-bound; a block of all N rows is tens of MB)
+    best = [_row_top(rows, m, pad_id) for rows in logits.split(max(1, _CACHE_FLOATS // logits.size(-1)))]
+    row_top, row_tok = (torch.cat(parts) for parts in zip(*best))  # (N, m) each
+    scores = run_scores.view(-1, 1) + row_top  # (N, m)
+    cand_scores, flat = scores.view(B, k * m).topk(n, dim=1)  # (B, n) of k * m
+    return cand_scores, flat // m, row_tok.view(B, k * m).gather(1, flat)
+
+
+def _row_top(logits: Tensor, m: int, pad_id: int) -> tuple[Tensor, Tensor]:
+    """(R, V) logits -> the m best log-probs of each row and their tokens, PAD excluded.
+    Log-probs are float32 whatever the model's dtype."""
+    logp = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
+    logp[:, pad_id] = float("-inf")  # the decoder never emits PAD
+    return topk_rows(logp, m)
 
 
 @torch.inference_mode()
@@ -65,101 +127,97 @@ def beam_search(
     cache = model.start_cache(memory, src_mask, group=k, capacity=T_cap)
     source_len = src_mask.view(B_orig, -1).sum(-1).tolist()
 
+    # made once, sliced or filtered as the batch shrinks
     sent = torch.arange(B_orig, device=device)  # original index of each running sentence
+    first_row = sent[:, None] * k  # (B, 1) cache row of each sentence's first beam
+    beams = torch.arange(k, device=device)  # (k,)
+    cand_ids = torch.arange(2 * k, device=device).expand(B_orig, -1)  # (B, 2k)
+    rank_in_top_k = cand_ids[0] < k  # (2k,)
+
     tokens = torch.full((B_orig * k,), c.decoder_start_id, dtype=torch.long, device=device)
     run_scores = torch.zeros(B_orig, k, device=device)
     run_scores[:, 1:] = -1e9  # all beams start equal: expand only the first
-    run_seqs = torch.zeros(B_orig, k, T_cap, dtype=torch.long, device=device)
-    # hypotheses set aside, best first: score, raw log-prob, tokens, step and row it ended at
+    # hypotheses set aside, best first: score and (step * 2k + candidate) into `steps`
     pool_scores = torch.full((B_orig, k), float("-inf"), device=device)
-    pool_logp = torch.zeros(B_orig, k, device=device)
-    pool_seqs = torch.zeros(B_orig, k, T_cap, dtype=torch.long, device=device)
-    pool_end = torch.zeros(B_orig, k, 2, dtype=torch.long, device=device)  # (step, row)
-    pool_eos = torch.zeros(B_orig, k, dtype=torch.bool, device=device)
-    results: list[list[Hypothesis] | None] = [None] * B_orig
+    pool_ref = torch.zeros(B_orig, k, dtype=torch.long, device=device)
+    finished: list[tuple[Tensor, Tensor, Tensor]] = []  # (sentences, their pool scores, pool refs)
     steps: list[_Step] = []
-    rank_in_top_k = torch.arange(2 * k, device=device) < k  # (2k,)
 
     for t in range(T_cap):
         B = sent.numel()
         logits, attn = model.decode_step(tokens, cache, need_weights=return_attention)  # (N, V)
-        logp = torch.log_softmax(logits.float(), dim=-1)
-        logp[:, c.pad_id] = float("-inf")  # the decoder never emits PAD
-        V = logp.size(-1)
+        cand_scores, cand_row, cand_tok = top_candidates(logits, run_scores, 2 * k, c.pad_id)  # (B, 2k)
+        step = _Step(sent, cand_scores, cand_row, cand_tok)
         if return_attention:  # (L, N, H, S) -> (B, k, L, H, S)
-            position = torch.full((B_orig,), -1, dtype=torch.long, device=device)
-            position[sent] = torch.arange(B, device=device)
-            steps.append(_Step(position, attn.transpose(0, 1).reshape(B, k, *attn.shape[:1], *attn.shape[2:])))
-
-        cand = (run_scores.view(-1, 1) + logp).view(B, k * V)
-        cand_scores, cand_idx = cand.topk(2 * k, dim=-1)  # (B, 2k)
-        cand_row, cand_tok = cand_idx // V, cand_idx % V
-        at_cap = (t + 1 >= max_len[sent])[:, None]  # (B, 1)
+            step.attention = attn.transpose(0, 1).reshape(B, k, *attn.shape[:1], *attn.shape[2:])
+        steps.append(step)
+        at_cap = (t + 1 >= max_len)[:, None]  # (B, 1)
         ends = (cand_tok == c.eos_id) | at_cap  # (B, 2k)
-        cand_seqs = run_seqs.gather(1, cand_row[:, :, None].expand(-1, -1, T_cap)).clone()  # (B, 2k, T)
-        cand_seqs[:, :, t] = cand_tok
 
         # set aside candidates that end within the top k, unless the sentence is already full
         pool_full = torch.isfinite(pool_scores).all(-1, keepdim=True)  # (B, 1)
         aside = ends & rank_in_top_k & ~pool_full
         aside_scores = torch.where(aside, cand_scores / (t + 1) ** length_penalty, float("-inf"))
-        merged = torch.cat([pool_scores, aside_scores], dim=1).topk(k, dim=1).indices  # (B, k) of 3k
-        step_row = torch.stack([torch.full_like(cand_row, t), cand_row], dim=-1)  # (B, 2k, 2)
-        pool_scores = torch.cat([pool_scores, aside_scores], 1).gather(1, merged)
-        pool_logp = torch.cat([pool_logp, cand_scores], 1).gather(1, merged)
-        pool_eos = torch.cat([pool_eos, cand_tok == c.eos_id], 1).gather(1, merged)
-        pool_end = torch.cat([pool_end, step_row], 1).gather(1, merged[:, :, None].expand(-1, -1, 2))
-        pool_seqs = torch.cat([pool_seqs, cand_seqs], 1).gather(1, merged[:, :, None].expand(-1, -1, T_cap))
+        pool_scores, merged = torch.cat([pool_scores, aside_scores], 1).topk(k, dim=1)  # (B, k) of 3k
+        pool_ref = torch.cat([pool_ref, cand_ids[:B] + t * 2 * k], 1).gather(1, merged)
 
         # the best k candidates that do not end continue
-        keep_scores, keep = cand_scores.masked_fill(ends, -1e9).topk(k, dim=1)  # (B, k) of 2k
-        run_scores = keep_scores
-        run_seqs = cand_seqs.gather(1, keep[:, :, None].expand(-1, -1, T_cap))
-        parents = cand_row.gather(1, keep)  # (B, k)
-        tokens = cand_tok.gather(1, keep).view(-1)
-        if return_attention:
-            steps[-1].parents = parents
+        run_scores, step.keep = cand_scores.masked_fill(ends, -1e9).topk(k, dim=1)  # (B, k) of 2k
+        parents = cand_row.gather(1, step.keep)  # (B, k)
+        tokens = cand_tok.gather(1, step.keep).view(-1)
 
         done = torch.isfinite(pool_scores).all(-1) | at_cap[:, 0]  # (B,)
-        if bool(done.any()):  # one host sync per step: which sentences leave the batch
-            for i in done.nonzero()[:, 0].tolist():
-                b = int(sent[i])
-                results[b] = _collect(pool_scores[i], pool_logp[i], pool_seqs[i], pool_end[i], pool_eos[i], n_best)
-                if return_attention:
-                    for hyp, (step, row) in zip(results[b], pool_end[i].tolist()):
-                        hyp.attention = _retrace(steps, b, step, row, source_len[b])
+        # one host sync per step: does a sentence leave the batch; is the beam order unchanged
+        any_done, in_place = torch.stack([done.any(), (parents == beams).all()]).tolist()
+        if any_done:
+            finished.append((sent[done], pool_scores[done], pool_ref[done]))
             alive = (~done).nonzero()[:, 0]
             if alive.numel() == 0:
                 break
             sent, parents, tokens = sent[alive], parents[alive], tokens.view(B, k)[alive].view(-1)
-            run_scores, run_seqs = run_scores[alive], run_seqs[alive]
-            pool_scores, pool_logp, pool_seqs = pool_scores[alive], pool_logp[alive], pool_seqs[alive]
-            pool_end, pool_eos = pool_end[alive], pool_eos[alive]
+            run_scores, max_len, pool_scores, pool_ref = run_scores[alive], max_len[alive], pool_scores[alive], pool_ref[alive]
             cache.reorder((alive[:, None] * k + parents).view(-1), sources=alive)
-        elif k > 1:
-            cache.reorder((torch.arange(B, device=device)[:, None] * k + parents).view(-1))
-    return results  # type: ignore[return-value]
+        elif not in_place:
+            cache.reorder((first_row[:B] + parents).view(-1))
+    return _read_back(steps, finished, n_best, 2 * k, c.eos_id, source_len, B_orig)
 
 
-def _collect(scores, logp, seqs, end, eos, n_best) -> list[Hypothesis]:
-    """One sentence's pool (k entries, best first) -> its n_best hypotheses."""
-    hyps = []
-    for h in range(n_best):
-        if not torch.isfinite(scores[h]):
-            break  # fewer than n_best hypotheses exist (tiny vocabularies)
-        length = int(end[h, 0]) + 1  # tokens generated, the last being EOS when eos[h]
-        ids = seqs[h, : length - int(eos[h])].tolist()
-        hyps.append(Hypothesis(ids, float(scores[h]), float(logp[h]), bool(eos[h])))
-    return hyps
+def _read_back(steps: list[_Step], finished, n_best: int, n_cand: int, eos_id: int, source_len: list[int],
+               B_orig: int) -> list[list[Hypothesis]]:
+    """Each sentence's n_best pool entries -> Hypotheses, following the back-pointers of `steps`."""
+    # the history on the host, once: per step, where each original sentence sits, and its lists
+    where, host = {}, []
+    for s in steps:
+        if id(s.sent) not in where:
+            where[id(s.sent)] = {b: i for i, b in enumerate(s.sent.tolist())}
+        host.append((where[id(s.sent)], s.scores.tolist(), s.row.tolist(), s.token.tolist(),
+                     s.keep.tolist() if s.keep is not None else None))
+    results: list[list[Hypothesis]] = [[] for _ in range(B_orig)]
+    for sentences, scores, refs in finished:
+        for b, row_scores, row_refs in zip(sentences.tolist(), scores.tolist(), refs.tolist()):
+            for score, ref in list(zip(row_scores, row_refs))[:n_best]:
+                if score == float("-inf"):
+                    break  # fewer than n_best hypotheses exist (tiny vocabularies)
+                results[b].append(_hypothesis(steps, host, b, *divmod(ref, n_cand), score, eos_id, source_len[b]))
+    return results
 
 
-def _retrace(steps: list[_Step], sentence: int, step: int, row: int, source_len: int) -> Tensor:
-    """Attention of the hypothesis that ended at (step, row), following its own back-pointers:
-    (L, H, step + 1, source_len)."""
-    rows = []
+def _hypothesis(steps, host, b: int, step: int, cand: int, score: float, eos_id: int, source_len: int) -> Hypothesis:
+    """The hypothesis of sentence b that is candidate `cand` of step `step`: walk back to step 0."""
+    where, cand_scores, _, _, _ = host[step]
+    log_prob = cand_scores[where[b]][cand]
+    ids, beams = [], []  # newest first: token, and the beam whose step produced it
     for s in range(step, -1, -1):
-        p = int(steps[s].position[sentence])
-        rows.append(steps[s].attention[p, row, :, :, :source_len])  # (L, H, source_len)
+        where, _, row, token, keep = host[s]
+        i = where[b]
+        ids.append(token[i][cand])
+        beams.append((s, i, row[i][cand]))
         if s > 0:
-            row = int(steps[s - 1].parents[int(steps[s - 1].position[sentence]), row])
-    return torch.stack(rows[::-1], dim=2)
+            prev_where, _, _, _, prev_keep = host[s - 1]
+            cand = prev_keep[prev_where[b]][row[i][cand]]
+    ids.reverse()
+    ended_with_eos = ids[-1] == eos_id
+    attention = None
+    if steps[0].attention is not None:  # (L, H, step + 1, source_len)
+        attention = torch.stack([steps[s].attention[i, r, :, :, :source_len] for s, i, r in reversed(beams)], dim=2)
+    return Hypothesis(ids[:-1] if ended_with_eos else ids, score, log_prob, ended_with_eos, attention)

@@ -92,15 +92,16 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights
 
     q: (B, H, Tq, Dh); k, v: (B, H, Tk, Dh); mask: bool, broadcastable to (B, H, Tq, Tk),
     True where attending is allowed. Returns (B, H, Tq, Dh) and, if asked, the weights
-    (B, H, Tq, Tk). Without weights the fused kernel runs.
+    (B, H, Tq, Tk), in float32 whatever the model's dtype (they are read, not just used).
+    Without weights the fused kernel runs.
     """
     if not need_weights:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
     scores = (q @ k.transpose(-2, -1)) * (q.size(-1) ** -0.5)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = scores.softmax(dim=-1)
-    return F.dropout(weights, dropout) @ v, weights
+    weights = scores.softmax(dim=-1, dtype=torch.float32)
+    return F.dropout(weights, dropout).to(v.dtype) @ v, weights
 
 
 class MultiHeadAttention(nn.Module):
@@ -208,13 +209,14 @@ class DecoderCache:
     Rows are source-major: rows [i * group, (i + 1) * group) all read source i (the beams of
     one sentence). Encoder-decoder keys/values are computed once per source and kept once per
     source; the `group` rows of a source attend to them as `group` queries of one batch entry,
-    so beams never copy them. Self-attention keys/values live in buffers preallocated for
-    `capacity` positions and filled one position per step.
+    so beams never copy them. Self-attention keys/values of all layers live in one buffer
+    preallocated for `capacity` positions and filled one position per step, so that a
+    reorder is one gather (into a second buffer, which then takes the first one's place).
     """
 
-    def __init__(self, self_kv: list[tuple[Tensor, Tensor]], cross_kv: list[tuple[Tensor, Tensor]],
-                 src_mask: Tensor, group: int):
-        self.self_kv = self_kv  # per layer: 2 x (N, H, capacity, Dh)
+    def __init__(self, self_kv: Tensor, cross_kv: list[tuple[Tensor, Tensor]], src_mask: Tensor, group: int):
+        self.self_kv = self_kv  # (N, L, 2, H, capacity, Dh): keys [:, l, 0] and values [:, l, 1] of layer l
+        self.spare: Tensor | None = None  # same shape, allocated by the first reorder
         self.cross_kv = cross_kv  # per layer: 2 x (N / group, H, S, Dh)
         self.src_mask = src_mask  # (N / group, 1, 1, S), True at real source tokens
         self.group = group
@@ -222,7 +224,11 @@ class DecoderCache:
 
     @property
     def capacity(self) -> int:
-        return self.self_kv[0][0].size(2)
+        return self.self_kv.size(4)
+
+    def layer(self, i: int) -> Tensor:
+        """Self-attention keys [:, 0] and values [:, 1] of decoder layer i: (N, 2, H, capacity, Dh)."""
+        return self.self_kv[:, i]
 
     def reorder(self, rows: Tensor, sources: Tensor | None = None) -> None:
         """Row r becomes old row rows[r] (beam back-pointers; a row stays within its source).
@@ -230,15 +236,18 @@ class DecoderCache:
         With `sources` (indices of the sources to keep), all other sources are dropped and the
         batch shrinks; `rows` then lists only rows of kept sources, source-major.
         """
-        t = self.length
-        if sources is None:
-            for k, v in self.self_kv:
-                k[:, :, :t] = k[:, :, :t].index_select(0, rows)
-                v[:, :, :t] = v[:, :, :t].index_select(0, rows)
-            return
-        self.self_kv = [(k.index_select(0, rows), v.index_select(0, rows)) for k, v in self.self_kv]
-        self.cross_kv = [(k.index_select(0, sources), v.index_select(0, sources)) for k, v in self.cross_kv]
-        self.src_mask = self.src_mask.index_select(0, sources)
+        t, n = self.length, rows.numel()
+        if self.spare is None:
+            self.spare = torch.empty_like(self.self_kv)
+        # gather the filled positions straight into the spare buffer (its first n rows when the
+        # batch shrinks), then swap: no copy back. A search state: no gradient flows through
+        # a reorder (and out= refuses to record one).
+        with torch.no_grad():
+            torch.index_select(self.self_kv[..., :t, :], 0, rows, out=self.spare[:n, ..., :t, :])
+        self.self_kv, self.spare = self.spare[:n], self.self_kv[:n]
+        if sources is not None:
+            self.cross_kv = [(k.index_select(0, sources), v.index_select(0, sources)) for k, v in self.cross_kv]
+            self.src_mask = self.src_mask.index_select(0, sources)
 
 
 class Transformer(nn.Module):
@@ -319,11 +328,8 @@ class Transformer(nn.Module):
         if capacity > self.config.max_positions:
             raise ValueError(f"{capacity} target positions asked; the model accepts at most {self.config.max_positions}")
         N, H, Dh = memory.size(0) * group, self.config.n_heads, self.config.d_model // self.config.n_heads
-        self_kv, cross_kv = [], []
-        for layer in self.decoder_layers:
-            buf = memory.new_empty(2, N, H, capacity, Dh)
-            self_kv.append((buf[0], buf[1]))
-            cross_kv.append(layer.cross_attn.memory_kv(memory))
+        self_kv = memory.new_empty(N, len(self.decoder_layers), 2, H, capacity, Dh)
+        cross_kv = [layer.cross_attn.memory_kv(memory) for layer in self.decoder_layers]
         return DecoderCache(self_kv, cross_kv, src_mask, group)
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache, need_weights: bool = False):
@@ -334,12 +340,13 @@ class Transformer(nn.Module):
             raise ValueError(f"decoder cache is full ({cache.capacity} positions)")
         x = self.embed(self.tgt_embed, tokens[:, None], start=t)  # (N, 1, D)
         all_weights = []
-        for layer, (k_buf, v_buf), (mem_k, mem_v) in zip(self.decoder_layers, cache.self_kv, cache.cross_kv):
-            def self_attention(h, attn=layer.self_attn, k_buf=k_buf, v_buf=v_buf):
-                q, k, v = attn.self_qkv(h)  # (N, H, 1, Dh)
-                k_buf[:, :, t : t + 1] = k
-                v_buf[:, :, t : t + 1] = v
-                return attn.attend(q, k_buf[:, :, : t + 1], v_buf[:, :, : t + 1], None)
+        for i, (layer, (mem_k, mem_v)) in enumerate(zip(self.decoder_layers, cache.cross_kv)):
+            def self_attention(h, attn=layer.self_attn, kv=cache.layer(i)):
+                N, H, Dh = h.size(0), attn.n_heads, attn.d_head
+                qkv = attn.qkv_proj(h).view(N, 3, H, Dh)  # this position's query, key, value
+                kv[:, :, :, t] = qkv[:, 1:]  # one copy stores key and value: (N, 2, H, Dh)
+                q = qkv[:, 0, :, None]  # (N, H, 1, Dh)
+                return attn.attend(q, kv[:, 0, :, : t + 1], kv[:, 1, :, : t + 1], None)
 
             def cross_attention(h, attn=layer.cross_attn, mem_k=mem_k, mem_v=mem_v):
                 N, H, Dh = h.size(0), attn.n_heads, attn.d_head

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,16 @@ class TranslationResult:
     hypotheses: list[Translation] = field(default_factory=list)  # best first
 
 
+def quantize_linear_int8(model: torch.nn.Module) -> torch.nn.Module:
+    """Int8 weights for every Linear layer, activations quantized on the fly (CPU kernels).
+
+    Embeddings, LayerNorms and attention stay in float32, so attention capture is unchanged.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao's notice that this API moves to torchao
+        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+
+
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -46,7 +57,14 @@ class Translator:
     def __init__(self, model_dir: str | Path, device: str | None = None, dtype: str = "float32",
                  max_length_a: float = 1.5, max_length_b: int = 10, max_length_cap: int = 256):
         self.device = torch.device(device or default_device())
-        self.model, self.tokenizer, self.metadata = load_checkpoint(Path(model_dir), self.device, dtype)
+        self.dtype = dtype
+        if dtype == "int8":
+            if self.device.type != "cpu":
+                raise ValueError("dtype int8 (dynamically quantized Linear layers) runs on the CPU only")
+            model, self.tokenizer, self.metadata = load_checkpoint(Path(model_dir), self.device, "float32")
+            self.model = quantize_linear_int8(model)
+        else:
+            self.model, self.tokenizer, self.metadata = load_checkpoint(Path(model_dir), self.device, dtype)
         self.config = self.model.config
         self.max_length_a, self.max_length_b = max_length_a, max_length_b
         self.max_length_cap = min(max_length_cap, self.config.max_positions)

@@ -108,7 +108,7 @@ def test_a_client_that_leaves_before_its_batch_runs_is_not_computed(url):
 
 def test_a_crashed_worker_fails_its_request_and_is_replaced(url):
     r = httpx.post(f"{url}/v1/translate", json=body(FAULT_EXIT), timeout=30)
-    assert r.status_code == 503 and "exited" in r.json()["error"]
+    assert r.status_code == 503 and "exited (exit code 3)" in r.json()["error"]
     ready = httpx.get(f"{url}/ready")
     assert ready.status_code == 503 and "restarting" in ready.json()["reason"]  # the replacement is loading
     wait_until(lambda: httpx.get(f"{url}/ready").status_code == 200)

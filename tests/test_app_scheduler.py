@@ -57,6 +57,23 @@ def test_items_split_across_batches_come_back_in_order():
     assert [sentence(6), sentence(100)] in [s for _, s in fake.batches]
 
 
+def test_a_batch_is_the_oldest_item_and_the_items_closest_to_it_in_length():
+    async def main():
+        fake = FakeTranslate()
+        scheduler = Scheduler(fake, slots=1, batch_tokens=40, max_wait_s=0.01)
+        lengths = [10, 50, 11, 9, 48, 10]
+        job = scheduler.submit(BatchKey("en-de", beam_size=1), [[i] * n for i, n in enumerate(lengths)])
+        scheduler.start()  # everything is queued before the first batch forms
+        result = await job.future
+        await scheduler.stop(1)
+        return fake, result, lengths
+
+    fake, result, lengths = run(main())
+    assert [len(s) for _, s in result] == lengths  # back in request order
+    batches = [[len(s) for s in sources] for _, sources in fake.batches]
+    assert batches == [[10, 11, 10], [50], [9], [48]]  # 4 x 11 > 40, so 9 waits for the next batch
+
+
 def test_only_items_with_the_same_options_share_a_batch():
     async def main():
         fake = FakeTranslate()

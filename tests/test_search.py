@@ -3,7 +3,7 @@ import itertools
 import pytest
 import torch
 
-from model.search import beam_search
+from model.search import beam_search, top_candidates, topk_rows
 from model.transformer import ModelConfig, Transformer
 
 PAD, START, EOS = 0, 1, 2
@@ -147,3 +147,60 @@ def test_options_are_validated():
         beam_search(m, sources(), beam_size=2, n_best=3)
     with pytest.raises(ValueError, match="max_new_tokens"):
         beam_search(m, sources(), max_new_tokens=0)
+
+
+def reference_candidates(logits, run_scores, n, pad_id):
+    """The selection as first written: log_softmax over the vocabulary, add, top-k over k * V."""
+    B, k = run_scores.shape
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    logp[:, pad_id] = float("-inf")
+    V = logp.size(-1)
+    scores, flat = (run_scores.view(-1, 1) + logp).view(B, k * V).topk(n, dim=1)
+    return scores, flat // V, flat % V
+
+
+@pytest.mark.parametrize("vocab", [32000, 5000, 40])  # two-level top-k, and the plain top-k fallback
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_top_candidates_equal_full_vocabulary_selection(vocab, dtype):
+    g = torch.Generator().manual_seed(vocab)
+    B, k = 6, 4
+    logits = (torch.randn(B * k, vocab, generator=g) * 4).to(dtype)  # bfloat16: many exact ties
+    run_scores = torch.randn(B, k, generator=g) * 3
+    run_scores[0, 1:] = -1e9  # first step: only beam 0 is live
+    scores, rows, tokens = top_candidates(logits.clone(), run_scores, 2 * k, PAD)
+    ref_scores, ref_rows, ref_tokens = reference_candidates(logits, run_scores, 2 * k, PAD)
+    torch.testing.assert_close(scores, ref_scores, atol=0, rtol=0)
+    # (beam, token) pairs may differ only among exactly equal scores: each must carry its score
+    logp = torch.log_softmax(logits.float(), dim=-1).view(B, k, vocab)
+    picked = logp[torch.arange(B)[:, None], rows, tokens] + run_scores.gather(1, rows)
+    torch.testing.assert_close(picked, scores, atol=0, rtol=0)
+    assert not (tokens == PAD).any()
+    if dtype == torch.float32:  # no ties: the very same candidates
+        assert torch.equal(rows, ref_rows) and torch.equal(tokens, ref_tokens)
+
+
+@pytest.mark.parametrize("n", [1, 2, 8, 50])
+def test_topk_rows_equals_topk(n):
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(7, 32000, generator=g)
+    x[0] = 1.0  # a row of ties
+    x[1, :5000] = x[1].max() + 1  # ties at the top, spread over many blocks
+    x[2, 1000::1000] = 100.0 + torch.arange(31.0)  # the best all in one block
+    values, idx = topk_rows(x, n)
+    ref_values, _ = x.topk(n, dim=-1)
+    assert torch.equal(values, ref_values)
+    assert torch.equal(x.gather(1, idx), values)
+    assert all(len(set(row)) == n for row in idx.tolist())
+
+
+def test_bfloat16_search_keeps_float32_scores_and_attention():
+    m = tiny(eos_bias=1.0)
+    src = sources()
+    results = beam_search(m.to(torch.bfloat16), src, beam_size=3, n_best=2, max_new_tokens=6, return_attention=True)
+    for row, hyps in enumerate(results):
+        source_len = int((src[row] != PAD).sum())
+        for h in hyps:
+            T = len(h.token_ids) + h.ended_with_eos
+            assert h.attention.dtype == torch.float32 and h.attention.shape == (2, 4, T, source_len)
+            torch.testing.assert_close(h.attention.sum(-1), torch.ones(2, 4, T))
+            assert isinstance(h.score, float) and h.log_prob <= 0

@@ -107,3 +107,35 @@ def test_deep_encoder_shallow_decoder_and_tying():
     assert m.src_embed.weight is m.tgt_embed.weight is m.output_proj.weight
     untied = tiny(tie_output=False)
     assert untied.output_proj.weight is not untied.tgt_embed.weight
+
+
+def test_repeated_reorders_and_shrinks_match_full_recomputation():
+    """The cache gathers into a second buffer and swaps; several reorders in a row (some
+    shrinking the batch, some the identity) must leave every row's keys/values intact."""
+    m = tiny()
+    src, _ = batch()
+    memory, mask = m.encode(src)
+    g, T = 3, 8
+    g_rows = torch.Generator().manual_seed(2)
+    rows_tgt = torch.randint(4, 40, (9, T), generator=g_rows)
+    rows_tgt[:, 0] = 1
+    sources = torch.arange(3)
+    cache = m.start_cache(memory, mask, group=g, capacity=T)
+    with torch.inference_mode():
+        for t in range(T - 1):
+            logits, _ = m.decode_step(rows_tgt[:, t], cache)
+            full, _ = m.decode(rows_tgt[:, : t + 1], memory[sources].repeat_interleave(g, 0),
+                               mask[sources].repeat_interleave(g, 0))
+            torch.testing.assert_close(logits, full[:, t], atol=1e-5, rtol=1e-5)
+            n_src = sources.numel()
+            if t == 3:  # drop the middle source (or the last one left)
+                keep = torch.tensor([0, 2]) if n_src == 3 else torch.tensor([0])
+                rows = (keep[:, None] * g + torch.tensor([2, 0, 0])).view(-1)
+                cache.reorder(rows, sources=keep)
+                sources, rows_tgt = sources[keep], rows_tgt[rows]
+            elif t % 2 == 0:  # back-pointers within each source
+                rows = (torch.arange(n_src)[:, None] * g + torch.tensor([1, 1, 2])).view(-1)
+                cache.reorder(rows)
+                rows_tgt = rows_tgt[rows]
+            else:
+                cache.reorder(torch.arange(n_src * g))

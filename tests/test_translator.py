@@ -67,3 +67,22 @@ def test_cli_translate_keeps_line_alignment(tiny_checkpoint, monkeypatch, capsys
     assert lines[1] == "" and len(lines) == 4  # 3 lines + trailing newline
     fields = lines[0].split("\t")
     assert len(fields) == 4 and float(fields[1]) >= float(fields[3])
+
+
+def test_int8_translator_stays_close_to_float32(tiny_checkpoint):
+    fp32 = Translator(tiny_checkpoint, device="cpu")
+    int8 = Translator(tiny_checkpoint, device="cpu", dtype="int8")
+    assert "quantized" in type(int8.model.output_proj).__module__
+    src = torch.tensor([fp32.encode("Open the file and save your changes.")])
+    tgt = torch.tensor([[fp32.config.decoder_start_id, 5, 9, 12]])
+    reference = fp32.model(src, tgt).log_softmax(-1)
+    quantized = int8.model(src, tgt).log_softmax(-1)
+    assert (reference - quantized).abs().max() < 0.1 * reference.abs().max()
+    [result] = int8.translate(["Open the file."], beam_size=2, max_length=6, return_attention=True)
+    best = result.hypotheses[0]
+    torch.testing.assert_close(best.attention.sum(-1), torch.ones(best.attention.shape[:3]))
+
+
+def test_int8_is_cpu_only(tiny_checkpoint):
+    with pytest.raises(ValueError, match="CPU only"):
+        Translator(tiny_checkpoint, device="meta", dtype="int8")

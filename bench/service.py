@@ -1,0 +1,202 @@
+"""Service throughput and latency under concurrent clients, next to the offline Translator.
+
+    python bench/service.py --model checkpoints/en-de [--clients 64] [--seconds 30] [--url URL]
+
+N clients (httpx, async) each send one sentence per request to /v1/translate, back to back, for
+T seconds. Without --url the server is started here (uvicorn app.main:app on 127.0.0.1, settings
+from --workers/--threads-per-worker/... or the NMT_* environment). Then the offline Translator
+translates the same sentences in one call (length-sorted token-budget batches), with 1 thread
+and with all cores, for comparison. Tokens are source tokens (EOS included), counted with the
+model's tokenizer. The clients share the machine with the server: on few cores they take a
+visible part of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+FALLBACK = ["Open the file and save your changes.", "Click the button to print the document.",
+            "The quick brown fox jumps over the lazy dog.", "Hello world, this is a small test sentence.",
+            "Choose Tools - Options and then click the General tab.", "Enter a name for the dialog and click OK."]
+
+
+def load_sentences(path: str | None, limit: int) -> list[str]:
+    if path and Path(path).is_file():
+        lines = [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines()]
+        return [line for line in lines if line][:limit]
+    return FALLBACK
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(args) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = {**os.environ, "NMT_MODEL_DIRS": args.model}
+    for name in ("workers", "threads_per_worker", "max_wait_ms", "batch_tokens", "device", "dtype"):
+        value = getattr(args, name)
+        if value is not None:
+            env[f"NMT_{name.upper()}"] = str(value)
+    env.setdefault("NMT_MAX_QUEUE_ITEMS", str(max(4096, 4 * args.clients)))
+    process = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port",
+                                str(port), "--log-level", "warning"], cwd=ROOT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            sys.exit(f"server exited with {process.returncode}")
+        try:
+            if httpx.get(f"{url}/ready").status_code == 200:
+                return process, url
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    process.terminate()
+    sys.exit("server not ready after 600 s")
+
+
+def metric(text: str, name: str) -> float:
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
+
+async def load_test(url: str, sentences: list[str], pair: dict, args) -> dict:
+    latencies: list[float] = []
+    sent: list[int] = []
+    errors: dict[int, int] = {}
+    next_index = iter(range(10**9))
+    stop_at = 0.0
+
+    async def client(http: httpx.AsyncClient):
+        while time.perf_counter() < stop_at:
+            i = next(next_index) % len(sentences)
+            start = time.perf_counter()
+            r = await http.post("/v1/translate", json={"text": sentences[i], **pair, "beam_size": args.beam_size})
+            if r.status_code == 200:
+                latencies.append(time.perf_counter() - start)
+                sent.append(i)
+            else:
+                errors[r.status_code] = errors.get(r.status_code, 0) + 1
+
+    limits = httpx.Limits(max_connections=args.clients, max_keepalive_connections=args.clients)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
+        for text in sentences[:4]:  # warm-up: first-call costs stay out of the numbers
+            await http.post("/v1/translate", json={"text": text, **pair, "beam_size": args.beam_size})
+        before = (await http.get("/metrics")).text
+        start = time.perf_counter()
+        stop_at = start + args.seconds
+        await asyncio.gather(*(client(http) for _ in range(args.clients)))
+        elapsed = time.perf_counter() - start
+        after = (await http.get("/metrics")).text
+    batches = metric(after, "nmt_batch_size_count") - metric(before, "nmt_batch_size_count")
+    items = metric(after, "nmt_batch_size_sum") - metric(before, "nmt_batch_size_sum")
+    busy = metric(after, "nmt_worker_busy_seconds_total") - metric(before, "nmt_worker_busy_seconds_total")
+    return {"elapsed": elapsed, "latencies": latencies, "sent": sent, "errors": errors,
+            "mean_batch": items / batches if batches else 0.0, "busy_s": busy}
+
+
+def offline(model: str, sentences: list[str], threads: int, args) -> tuple[float, int]:
+    import torch
+
+    from model.translator import Translator
+
+    torch.set_num_threads(threads)
+    translator = Translator(model, device=None if args.device in (None, "auto") else args.device,
+                            dtype=args.dtype or "float32")
+    translator.translate(sentences[:4], beam_size=args.beam_size)  # warm-up
+    start = time.perf_counter()
+    translator.translate(sentences, beam_size=args.beam_size, batch_tokens=args.batch_tokens or 4096)
+    return time.perf_counter() - start, sum(len(translator.encode(s)) for s in sentences)
+
+
+def percentile(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else (values[0] if values else 0.0)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="checkpoints/en-de", help="checkpoint directory (served, and run offline)")
+    p.add_argument("--data", default="data/corpus/test_sw.en", help="one sentence per line (built-in if missing)")
+    p.add_argument("--limit", type=int, default=1000, help="use the first N sentences")
+    p.add_argument("--clients", type=int, default=64)
+    p.add_argument("--seconds", type=float, default=30)
+    p.add_argument("--beam-size", type=int, default=4)
+    p.add_argument("--url", help="benchmark this running server instead of starting one")
+    p.add_argument("--workers", type=int, help="NMT_WORKERS for the started server")
+    p.add_argument("--threads-per-worker", type=int, help="NMT_THREADS_PER_WORKER")
+    p.add_argument("--max-wait-ms", type=float, help="NMT_MAX_WAIT_MS")
+    p.add_argument("--batch-tokens", type=int, help="NMT_BATCH_TOKENS (also the offline batch budget)")
+    p.add_argument("--device", help="NMT_DEVICE (and the offline Translator's)")
+    p.add_argument("--dtype", help="NMT_DTYPE (and the offline Translator's)")
+    p.add_argument("--offline-threads", help="torch threads of the offline runs, comma-separated (default: 1 and "
+                   "all cores); the ratio is against the fastest")
+    p.add_argument("--no-offline", action="store_true", help="skip the offline comparison")
+    p.add_argument("--json", help="also write the numbers here")
+    args = p.parse_args()
+
+    sentences = load_sentences(args.data, args.limit)
+    process, url = (None, args.url) if args.url else start_server(args)
+    try:
+        model = httpx.get(f"{url}/v1/models").json()["models"][0]
+        pair = {"source": model["source"], "target": model["target"]}
+        run = asyncio.run(load_test(url, sentences, pair, args))
+        workers = httpx.get(f"{url}/ready").json()["workers"]
+    finally:
+        if process is not None:
+            process.terminate()
+            process.wait(60)
+
+    from app.registry import load_model
+
+    tokenizer = load_model(args.model) if Path(args.model).is_dir() else None
+    done = len(run["sent"])
+    lat = sorted(x * 1000 for x in run["latencies"])
+    rows = [{"what": f"service: {args.clients} clients, {len(workers)} worker(s)",
+             "sentences_per_s": done / run["elapsed"],
+             "tokens_per_s": (sum(len(tokenizer.encode(sentences[i])) for i in run["sent"]) / run["elapsed"]
+                              if tokenizer else None),
+             "p50_ms": percentile(lat, 50), "p95_ms": percentile(lat, 95), "p99_ms": percentile(lat, 99)}]
+    if not args.no_offline and tokenizer:
+        unique = sentences[:max(1, min(len(sentences), done))]
+        cores = os.cpu_count() or 1
+        for threads in sorted({int(t) for t in (args.offline_threads or f"1,{cores}").split(",")}):
+            seconds, tokens = offline(args.model, unique, threads, args)
+            rows.append({"what": f"offline Translator, one call, {threads} thread(s)",
+                         "sentences_per_s": len(unique) / seconds, "tokens_per_s": tokens / seconds,
+                         "p50_ms": None, "p95_ms": None, "p99_ms": None})
+
+    print(f"\n{done} sentences in {run['elapsed']:.1f} s, beam {args.beam_size}, mean batch "
+          f"{run['mean_batch']:.1f} items, workers busy {100 * run['busy_s'] / run['elapsed'] / len(workers):.0f}%"
+          + (f", errors {run['errors']}" if run["errors"] else ""))
+    print("| run | sentences/s | source tokens/s | p50 ms | p95 ms | p99 ms |")
+    print("|---|---:|---:|---:|---:|---:|")
+    fmt = lambda v, d=1: "" if v is None else f"{v:.{d}f}"  # noqa: E731
+    for r in rows:
+        print(f"| {r['what']} | {fmt(r['sentences_per_s'])} | {fmt(r['tokens_per_s'], 0)} | {fmt(r['p50_ms'], 0)} "
+              f"| {fmt(r['p95_ms'], 0)} | {fmt(r['p99_ms'], 0)} |")
+    if len(rows) > 1:
+        best = max(r["sentences_per_s"] for r in rows[1:])
+        print(f"\nservice / fastest offline throughput: {rows[0]['sentences_per_s'] / best:.2f}x (target >= 0.8x)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "mean_batch": run["mean_batch"], "busy_s": run["busy_s"],
+                                               "errors": run["errors"], "args": vars(args)}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

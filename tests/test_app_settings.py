@@ -1,0 +1,42 @@
+"""Settings from the environment, the worker layout they imply, and CORS (no model needed)."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.settings import Settings
+
+
+def test_settings_from_environment(monkeypatch):
+    monkeypatch.setenv("NMT_MODEL_DIRS", "checkpoints/en-de, checkpoints/de-en")
+    monkeypatch.setenv("NMT_API_KEYS", '["a", "b"]')
+    monkeypatch.setenv("NMT_MAX_WAIT_MS", "12.5")
+    monkeypatch.setenv("NMT_DEVICE", "cpu")
+    s = Settings()
+    assert s.model_dirs == ["checkpoints/en-de", "checkpoints/de-en"] and s.api_keys == ["a", "b"]
+    assert s.max_wait_ms == 12.5 and s.cors_origins == []
+    monkeypatch.setenv("NMT_DEVICE", "tpu")
+    with pytest.raises(ValueError, match="device"):
+        Settings()
+
+
+def test_worker_layout(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    assert Settings(device="cpu").worker_layout(cuda_devices=2) == ("cpu", ["cpu"] * 4, 4)
+    assert Settings(device="cpu", workers=3, threads_per_worker=2).worker_layout(0) == ("cpu", ["cpu"] * 3, 2)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert Settings(device="auto").worker_layout(0) == ("cpu", ["cpu", "cpu"], 1)
+    assert Settings(device="auto").worker_layout(2) == ("cuda", ["cuda:0", "cuda:1"], 1)  # one worker per GPU
+    with pytest.raises(ValueError, match="no CUDA device"):
+        Settings(device="cuda").worker_layout(0)
+    with pytest.raises(ValueError, match="CPU only"):
+        Settings(dtype="int8").worker_layout(1)
+
+
+def test_cors_preflight():
+    app = create_app(Settings(model_dirs=["/nonexistent"], cors_origins=["https://ui.example"]))
+    client = TestClient(app)  # no lifespan: the preflight needs no model
+    r = client.options("/v1/translate", headers={"Origin": "https://ui.example", "Access-Control-Request-Method": "POST"})
+    assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://ui.example"

@@ -25,8 +25,8 @@ from torch import Tensor
 
 from model.transformer import Transformer
 
-# entries per block of the two-level top-k (measured: 32 beats 16, 64 and more at V = 32000)
-_BLOCKS = 32
+# entries per block in the two-level top-k (measured at V = 32000: 32 beats 16, 64 and 128)
+_BLOCK_SIZE = 32
 # floats per slice of rows in the vocabulary-wide passes (1 MiB: within a core's L2)
 _CACHE_FLOATS = 1 << 18
 
@@ -56,21 +56,21 @@ def topk_rows(x: Tensor, n: int) -> tuple[Tensor, Tensor]:
     """x.topk(n, dim=-1) for (R, V) rows of a wide vocabulary, in two passes.
 
     torch's row top-k is slow on wide rows, an elementwise max is fast. Cut each row into
-    V / _BLOCKS blocks of _BLOCKS entries (block j: entries j, j + V/_BLOCKS, ...) and take
-    each block's max: the best n of a row lie in its n blocks with the highest maxima (a block
-    outside them has n block maxima above or equal to all its entries), so rank the blocks,
-    then only the entries of those n. Values are exactly those of x.topk (indices may differ
-    only among equal values).
+    V / _BLOCK_SIZE blocks (block j: entries j, j + V / _BLOCK_SIZE, j + 2 V / _BLOCK_SIZE, ...)
+    and take each block's max: the best n of a row lie in its n blocks with the highest maxima
+    (a block outside them has n block maxima above or equal to all its entries), so rank the
+    blocks, then only the entries of those n. Values are exactly those of x.topk (indices may
+    differ only among equal values).
     """
     R, V = x.shape
-    width = V // _BLOCKS  # blocks per row
-    if V % _BLOCKS or width < 4 * n:
+    n_blocks = V // _BLOCK_SIZE
+    if V % _BLOCK_SIZE or n_blocks < 4 * n:
         return x.topk(n, dim=-1)
-    blocks = x.view(R, _BLOCKS, width)  # blocks[:, :, j] is block j
+    blocks = x.view(R, _BLOCK_SIZE, n_blocks)  # blocks[:, :, j] is block j
     best = blocks.amax(1).topk(n, dim=-1).indices  # (R, n) blocks
-    inside = blocks.gather(2, best[:, None, :].expand(-1, _BLOCKS, -1)).view(R, _BLOCKS * n)
-    values, at = inside.topk(n, dim=-1)  # (R, n); entry at = i * n + b: i-th of block best[b]
-    return values, (at // n) * width + best.gather(1, at % n)
+    inside = blocks.gather(2, best[:, None, :].expand(-1, _BLOCK_SIZE, -1)).view(R, _BLOCK_SIZE * n)
+    values, at = inside.topk(n, dim=-1)  # (R, n); entry at = i * n + b: the i-th of block best[b]
+    return values, (at // n) * n_blocks + best.gather(1, at % n)
 
 
 def top_candidates(logits: Tensor, run_scores: Tensor, n: int, pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -175,7 +175,8 @@ def beam_search(
             if alive.numel() == 0:
                 break
             sent, parents, tokens = sent[alive], parents[alive], tokens.view(B, k)[alive].view(-1)
-            run_scores, max_len, pool_scores, pool_ref = run_scores[alive], max_len[alive], pool_scores[alive], pool_ref[alive]
+            run_scores, max_len = run_scores[alive], max_len[alive]
+            pool_scores, pool_ref = pool_scores[alive], pool_ref[alive]
             cache.reorder((alive[:, None] * k + parents).view(-1), sources=alive)
         elif not in_place:
             cache.reorder((first_row[:B] + parents).view(-1))

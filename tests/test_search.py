@@ -159,7 +159,7 @@ def reference_candidates(logits, run_scores, n, pad_id):
     return scores, flat // V, flat % V
 
 
-@pytest.mark.parametrize("vocab", [32000, 5000, 40])  # two-level top-k, and the plain top-k fallback
+@pytest.mark.parametrize("vocab", [32000, 8000, 5000, 40])  # two-level top-k; plain top-k (5000 % 32, 40)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_top_candidates_equal_full_vocabulary_selection(vocab, dtype):
     g = torch.Generator().manual_seed(vocab)

@@ -55,9 +55,10 @@ def markdown_table(rows: list[dict]) -> str:
 
 
 def evaluate(model_dir: str, data_dir: str, sets: list[str], beams: list[int], limit: int | None = None,
-             threads: int = 2, batch_tokens: int = 4096, hyp_dir: str | None = None) -> dict:
+             threads: int = 2, batch_tokens: int = 4096, hyp_dir: str | None = None,
+             dtype: str = "float32") -> dict:
     torch.set_num_threads(threads)
-    translator = Translator(model_dir, device="cpu")
+    translator = Translator(model_dir, device="cpu", dtype=dtype)
     rows = []
     for name in sets:
         src = read_lines(Path(data_dir) / f"{name}.en")[:limit]
@@ -70,14 +71,15 @@ def evaluate(model_dir: str, data_dir: str, sets: list[str], beams: list[int], l
             if hyp_dir:
                 Path(hyp_dir).mkdir(parents=True, exist_ok=True)
                 (Path(hyp_dir) / f"{name}.beam{beam}.de").write_text("\n".join(hyps) + "\n", encoding="utf-8")
-    return {"model": str(model_dir), "metadata": translator.metadata, "threads": threads, "limit": limit,
+    return {"model": str(model_dir), "metadata": translator.metadata, "threads": threads, "dtype": dtype,
+            "limit": limit,
             "results": rows}
 
 
 def eval_command(args) -> dict:
     report = evaluate(args.model, args.data, [s for s in args.sets.split(",") if s],
                       [int(b) for b in args.beams.split(",")], args.limit, args.threads, args.batch_tokens,
-                      args.hyp_dir)
+                      args.hyp_dir, args.dtype)
     print(markdown_table(report["results"]))
     for metric in ("bleu", "chrf"):
         for signature in sorted({r[f"{metric}_signature"] for r in report["results"]}):
@@ -96,6 +98,8 @@ def add_eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--batch-tokens", type=int, default=4096)
     p.add_argument("--hyp-dir", help="also write the hypotheses here")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "int8"],
+                   help="compute type of the model (CPU)")
     p.add_argument("--out", help="write the JSON report here")
 
 

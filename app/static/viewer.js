@@ -153,11 +153,13 @@ async function onTranslate(event) {
     target: pair.target,
     beam_size: readInt("beam-size"),
     n_best: readInt("n-best"),
-    length_penalty: readInt("length-penalty") ?? 1.0,
+    length_penalty: readInt("length-penalty"),
     max_length: readInt("max-length"),
     alignments: true,
     include_attention: false,
   };
+  // a cleared field means "the service's default", not null
+  for (const key of Object.keys(payload)) if (payload[key] === null) delete payload[key];
   setBusy(true, "Translating…");
   let response;
   try {

@@ -18,6 +18,8 @@ Each row's outputs are checked for that length. tokens/s counts source + target 
 batch (beams do not multiply it). Each row: one warm-up, then --repeat timed runs, median;
 torch threads (ours, HF) and CTranslate2 intra_threads are set per row. The timed runs of all
 engines for one (threads, beam, batch) row are interleaved, so background load hits them alike.
+A second table puts each engine at its best (compute, threads) per (beam, batch): ours against
+CTranslate2 int8 and HF. Results of these runs: BENCHMARKS.md.
 
 On a shared or oversubscribed CPU run with OMP_WAIT_POLICY=PASSIVE: OpenMP's default spin-waiting
 makes every small torch op wait for a descheduled thread, and multi-thread rows collapse.
@@ -354,9 +356,9 @@ def fmt_goal(rows: list[Row]) -> str:
              "| ours / ct2 int8 | HF best | ours / HF |", "|---:|---:|---|---:|---|---:|---:|---:|---:|"]
     for key in sorted(ours):
         o, c, h = ours[key], ct2.get(key), hf.get(key)
-        lines.append(f"| {key[0]} | {key[1]} | {o.compute}, {o.threads} | {o.tokens_per_s:,.0f} | "
-                     + (f"{c.threads} | {c.tokens_per_s:,.0f} | {o.tokens_per_s / c.tokens_per_s:.2f} | " if c else "- | - | - | ")
-                     + (f"{h.tokens_per_s:,.0f} | {o.tokens_per_s / h.tokens_per_s:.2f} |" if h else "- | - |"))
+        vs_ct2 = f"{c.threads} | {c.tokens_per_s:,.0f} | {o.tokens_per_s / c.tokens_per_s:.2f}" if c else "- | - | -"
+        vs_hf = f"{h.tokens_per_s:,.0f} | {o.tokens_per_s / h.tokens_per_s:.2f}" if h else "- | -"
+        lines.append(f"| {key[0]} | {key[1]} | {o.compute}, {o.threads} | {o.tokens_per_s:,.0f} | {vs_ct2} | {vs_hf} |")
     return "\n".join(lines)
 
 

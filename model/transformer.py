@@ -90,16 +90,16 @@ def sinusoidal_positions(n_positions: int, d_model: int) -> Tensor:
 def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool, dropout: float):
     """Scaled dot-product attention (section 3.2.1): softmax(Q K^T / sqrt(Dh)) V.
 
-    q: (B, H, Tq, Dh); k, v: (B, H, Tk, Dh); mask: bool, broadcastable to (B, H, Tq, Tk),
-    True where attending is allowed. Returns (B, H, Tq, Dh) and, if asked, the weights
-    (B, H, Tq, Tk), in float32 whatever the model's dtype (they are read, not just used).
-    Without weights the fused kernel runs.
+    q: (B, H, Tq, Dh); k, v: (B, H, Tk, Dh); mask: broadcastable to (B, H, Tq, Tk), bool (True
+    where attending is allowed) or an additive float bias (0 or -inf). Returns (B, H, Tq, Dh)
+    and, if asked, the weights (B, H, Tq, Tk), in float32 whatever the model's dtype (they are
+    read, not just used). Without weights the fused kernel runs.
     """
     if not need_weights:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
     scores = (q @ k.transpose(-2, -1)) * (q.size(-1) ** -0.5)
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
     weights = scores.softmax(dim=-1, dtype=torch.float32)
     return F.dropout(weights, dropout).to(v.dtype) @ v, weights
 
@@ -210,25 +210,31 @@ class DecoderCache:
     one sentence). Encoder-decoder keys/values are computed once per source and kept once per
     source; the `group` rows of a source attend to them as `group` queries of one batch entry,
     so beams never copy them. Self-attention keys/values of all layers live in one buffer
-    preallocated for `capacity` positions and filled one position per step, so that a
-    reorder is one gather (into a second buffer, which then takes the first one's place).
+    preallocated for `capacity` positions and filled one position per step, position-major
+    within a row: a row's filled part is one contiguous block, so a reorder is one gather of
+    whole blocks (into a second buffer, which then takes the first one's place). Attention
+    reads the keys of a layer as a strided (N, H, T, Dh) view.
     """
 
     def __init__(self, self_kv: Tensor, cross_kv: list[tuple[Tensor, Tensor]], src_mask: Tensor, group: int):
-        self.self_kv = self_kv  # (N, L, 2, H, capacity, Dh): keys [:, l, 0] and values [:, l, 1] of layer l
+        self.self_kv = self_kv  # (N, capacity, L, 2, H, Dh): layer l's keys [:, :, l, 0], values [:, :, l, 1]
         self.spare: Tensor | None = None  # same shape, allocated by the first reorder
         self.cross_kv = cross_kv  # per layer: 2 x (N / group, H, S, Dh)
         self.src_mask = src_mask  # (N / group, 1, 1, S), True at real source tokens
+        # the same as an additive bias: the fused kernel would otherwise convert the bool mask
+        # at every step and layer
+        self.src_bias = torch.zeros(src_mask.shape, dtype=cross_kv[0][0].dtype, device=src_mask.device)
+        self.src_bias.masked_fill_(~src_mask, float("-inf"))
         self.group = group
         self.length = 0  # positions filled so far
 
     @property
     def capacity(self) -> int:
-        return self.self_kv.size(4)
+        return self.self_kv.size(1)
 
     def layer(self, i: int) -> Tensor:
-        """Self-attention keys [:, 0] and values [:, 1] of decoder layer i: (N, 2, H, capacity, Dh)."""
-        return self.self_kv[:, i]
+        """Decoder layer i's self-attention keys [:, :, 0] and values [:, :, 1]: (N, capacity, 2, H, Dh)."""
+        return self.self_kv[:, :, i]
 
     def reorder(self, rows: Tensor, sources: Tensor | None = None) -> None:
         """Row r becomes old row rows[r] (beam back-pointers; a row stays within its source).
@@ -243,11 +249,12 @@ class DecoderCache:
         # batch shrinks), then swap: no copy back. A search state: no gradient flows through
         # a reorder (and out= refuses to record one).
         with torch.no_grad():
-            torch.index_select(self.self_kv[..., :t, :], 0, rows, out=self.spare[:n, ..., :t, :])
+            torch.index_select(self.self_kv[:, :t], 0, rows, out=self.spare[:n, :t])
         self.self_kv, self.spare = self.spare[:n], self.self_kv[:n]
         if sources is not None:
             self.cross_kv = [(k.index_select(0, sources), v.index_select(0, sources)) for k, v in self.cross_kv]
             self.src_mask = self.src_mask.index_select(0, sources)
+            self.src_bias = self.src_bias.index_select(0, sources)
 
 
 class Transformer(nn.Module):
@@ -328,7 +335,7 @@ class Transformer(nn.Module):
         if capacity > self.config.max_positions:
             raise ValueError(f"{capacity} target positions asked; the model accepts at most {self.config.max_positions}")
         N, H, Dh = memory.size(0) * group, self.config.n_heads, self.config.d_model // self.config.n_heads
-        self_kv = memory.new_empty(N, len(self.decoder_layers), 2, H, capacity, Dh)
+        self_kv = memory.new_empty(N, capacity, len(self.decoder_layers), 2, H, Dh)
         cross_kv = [layer.cross_attn.memory_kv(memory) for layer in self.decoder_layers]
         return DecoderCache(self_kv, cross_kv, src_mask, group)
 
@@ -344,15 +351,16 @@ class Transformer(nn.Module):
             def self_attention(h, attn=layer.self_attn, kv=cache.layer(i)):
                 N, H, Dh = h.size(0), attn.n_heads, attn.d_head
                 qkv = attn.qkv_proj(h).view(N, 3, H, Dh)  # this position's query, key, value
-                kv[:, :, :, t] = qkv[:, 1:]  # one copy stores key and value: (N, 2, H, Dh)
+                kv[:, t] = qkv[:, 1:]  # one copy stores key and value: (N, 2, H, Dh)
                 q = qkv[:, 0, :, None]  # (N, H, 1, Dh)
-                return attn.attend(q, kv[:, 0, :, : t + 1], kv[:, 1, :, : t + 1], None)
+                k, v = kv[:, : t + 1].transpose(1, 3).unbind(2)  # 2 x (N, H, t + 1, Dh)
+                return attn.attend(q, k, v, None)
 
             def cross_attention(h, attn=layer.cross_attn, mem_k=mem_k, mem_v=mem_v):
                 N, H, Dh = h.size(0), attn.n_heads, attn.d_head
                 # the g rows of one source become g queries against that source's keys
                 q = attn.q_proj(h).view(N // g, g, H, Dh).transpose(1, 2)  # (N/g, H, g, Dh)
-                out, w = attention(q, mem_k, mem_v, cache.src_mask, need_weights, 0.0)
+                out, w = attention(q, mem_k, mem_v, cache.src_bias, need_weights, 0.0)
                 out = out.transpose(1, 2).reshape(N, 1, H * Dh)
                 if w is not None:
                     w = w.transpose(1, 2).reshape(N, H, -1)  # (N, H, S)

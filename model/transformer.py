@@ -220,9 +220,8 @@ class DecoderCache:
         self.self_kv = self_kv  # (N, capacity, L, 2, H, Dh): layer l's keys [:, :, l, 0], values [:, :, l, 1]
         self.spare: Tensor | None = None  # same shape, allocated by the first reorder
         self.cross_kv = cross_kv  # per layer: 2 x (N / group, H, S, Dh)
-        self.src_mask = src_mask  # (N / group, 1, 1, S), True at real source tokens
-        # the same as an additive bias: the fused kernel would otherwise convert the bool mask
-        # at every step and layer
+        # the source padding mask (N / group, 1, 1, S) as an additive bias (0 or -inf): the fused
+        # kernel would otherwise convert a bool mask at every step and layer
         self.src_bias = torch.zeros(src_mask.shape, dtype=cross_kv[0][0].dtype, device=src_mask.device)
         self.src_bias.masked_fill_(~src_mask, float("-inf"))
         self.group = group
@@ -253,7 +252,6 @@ class DecoderCache:
         self.self_kv, self.spare = self.spare[:n], self.self_kv[:n]
         if sources is not None:
             self.cross_kv = [(k.index_select(0, sources), v.index_select(0, sources)) for k, v in self.cross_kv]
-            self.src_mask = self.src_mask.index_select(0, sources)
             self.src_bias = self.src_bias.index_select(0, sources)
 
 

@@ -24,7 +24,9 @@ class TranslateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     text: str | list[str] = Field(description="A text, or a list of texts translated independently (results "
-                                  "keep their order).", examples=["Hello world.", ["Open the file.", "Save it."]])
+                                  "keep their order). Each text is translated as one sequence, without sentence "
+                                  "splitting (its alignments and scores are of that sequence); send one sentence "
+                                  "per text.", examples=["Hello world.", ["Open the file.", "Save it."]])
     source: str = Field(description="Source language code; 'auto' works when exactly one source language is "
                         "served.", examples=["en"], max_length=32)
     target: str = Field(description="Target language code.", examples=["de"], max_length=32)
@@ -166,10 +168,16 @@ class LTTranslateRequest(BaseModel):
     q: str | list[str] = Field(description="Text, or list of texts.", examples=["Hello world."])
     source: str = Field(description="Source language code, or 'auto'.", examples=["en"], max_length=32)
     target: str = Field(description="Target language code.", examples=["de"], max_length=32)
-    format: Literal["text", "html"] = Field("text", description="'text'; 'html' is not supported yet (400).",
-                                            examples=["text"])
+    format: Literal["text", "html"] = Field("text", description="'text': plain text, translated sentence by "
+                                            "sentence; whitespace and text without letters are kept. 'html': the "
+                                            "text between tags, sentence by sentence; tags with their attributes, "
+                                            "comments and whitespace come back as sent, and so does text without "
+                                            "letters or inside code, pre, script, style, textarea or an element "
+                                            "with translate=\"no\" or class \"notranslate\".",
+                                            examples=["html"])
     alternatives: int = Field(0, ge=0, le=MAX_BEAM - 1, description="Alternative translations to return "
-                              "besides the best.", examples=[0])
+                              "besides the best; alternative k of a text takes the k-th alternative of each "
+                              "of its sentences.", examples=[0])
     api_key: str | None = Field(None, description="API key, when the server requires one.", examples=[None])
 
 

@@ -1,8 +1,9 @@
 """What the routes share: the served models, the scheduler, the workers, the alignment store.
 
 A route validates its body, tokenizes with `encode` (which counts tokens against the model's
-limit), then `translate` enqueues one Job and waits for it, up to the request's deadline or the
-client's disconnect, whichever comes first; both drop the job's queued items.
+limit; the LibreTranslate route, which goes sentence by sentence, uses its two halves `check_texts`
+and `encode_text`), then `translate` enqueues one Job and waits for it, up to the request's
+deadline or the client's disconnect, whichever comes first; both drop the job's queued items.
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ async def _client_gone(request: Request) -> None:
     """Returns when the client disconnects (the body is already read, so only that can come)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
+
+
+def item_name(field: str, index: int, count: int) -> str:
+    """How errors name a text: 'q' when it came alone, 'q[2]' in a list."""
+    return f"{field}[{index}]" if count > 1 else field
 
 
 class Service:
@@ -110,26 +116,33 @@ class Service:
         except ValueError as e:
             raise ApiError(400, str(e)) from None
 
-    def encode(self, model: ServedModel, texts: list[str], field: str) -> list[list[int]]:
-        """Token ids of each text, or a 400 naming the text and the limit it breaks (never truncated)."""
+    def check_texts(self, texts: list[str], field: str, allow_blank: bool = False) -> None:
+        """A 400 naming the text and the limit it breaks: too many texts, a blank or too long one."""
         s = self.settings
         if not texts:
             raise ApiError(400, f"{field}: give at least one text")
         if len(texts) > s.max_items:
             raise ApiError(400, f"{field}: {len(texts)} texts; at most {s.max_items} per request")
-        sources = []
         for i, text in enumerate(texts):
-            name = f"{field}[{i}]" if len(texts) > 1 else field
-            if not text.strip():
-                raise ApiError(400, f"{name} is empty")
+            if not allow_blank and not text.strip():
+                raise ApiError(400, f"{item_name(field, i, len(texts))} is empty")
             if len(text) > s.max_chars:
-                raise ApiError(400, f"{name} has {len(text)} characters; at most {s.max_chars}")
-            ids = model.encode(text)
-            if len(ids) > model.max_source_tokens:
-                raise ApiError(400, f"{name} has {len(ids)} tokens (end of sentence included); model {model.id} "
-                               f"accepts at most {model.max_source_tokens}: split the text")
-            sources.append(ids)
-        return sources
+                raise ApiError(400, f"{item_name(field, i, len(texts))} has {len(text)} characters; "
+                               f"at most {s.max_chars}")
+
+    def encode_text(self, model: ServedModel, text: str, name: str) -> list[int]:
+        """Token ids of one text, or a 400 naming it (`name`) and the model's limit (never truncated)."""
+        ids = model.encode(text)
+        if len(ids) > model.max_source_tokens:
+            raise ApiError(400, f"{name} has {len(ids)} tokens (end of sentence included); model {model.id} "
+                           f"accepts at most {model.max_source_tokens}: split the text")
+        return ids
+
+    def encode(self, model: ServedModel, texts: list[str], field: str) -> list[list[int]]:
+        """Token ids of each text, each translated as one sequence; a 400 when check_texts or the
+        model's token limit refuses one."""
+        self.check_texts(texts, field)
+        return [self.encode_text(model, text, item_name(field, i, len(texts))) for i, text in enumerate(texts)]
 
     async def translate(self, request: Request, key: BatchKey, sources: list[list[int]]) -> Outcome:
         try:

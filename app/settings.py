@@ -43,6 +43,8 @@ class Settings(BaseSettings):
     max_items: int = Field(64, ge=1, description="Most texts in one request.")
     max_chars: int = Field(5000, ge=1, description="Most characters in one text (the model's token limit applies "
                            "too).")
+    max_segments: int = Field(1024, ge=1, description="Most sentences (and HTML text runs) one LibreTranslate "
+                              "request may split into; all of them are queued as one job.")
     max_queue_items: int = Field(4096, ge=1, description="Most items waiting for a worker; beyond it requests get "
                                  "429.")
     request_timeout_s: float = Field(30.0, gt=0, description="Deadline of one translate request; past it, 504.")

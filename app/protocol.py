@@ -134,7 +134,7 @@ class ModelInfo(BaseModel):
     config: ModelConfigSummary = Field(description="Architecture summary.")
     parameters: int = Field(description="Unique parameters (tied matrices counted once).", examples=[60_000_000])
     device: str = Field(description="Where its workers run it.", examples=["cpu"])
-    dtype: str = Field(description="Weights dtype.", examples=["float32"])
+    dtype: str = Field(description="Weights dtype its workers run (NMT_DTYPE=auto resolved).", examples=["bfloat16"])
     max_source_tokens: int = Field(description="Longest accepted text in source tokens (EOS included).",
                                    examples=[1024])
 

@@ -24,7 +24,7 @@ from app.registry import Registry, ServedModel
 from app.scheduler import BatchKey, QueueFull, Scheduler, ShuttingDown
 from app.settings import Settings
 from app.worker import WorkerError, WorkerPool
-from model.translator import TranslationResult
+from model.translator import TranslationResult, auto_dtype
 
 log = logging.getLogger("uvicorn.error")  # uvicorn configures this one; it is its server log
 
@@ -57,6 +57,7 @@ class Service:
         self.pool: WorkerPool | None = None
         self.scheduler: Scheduler | None = None
         self.device_kind = "cpu"
+        self.dtype = settings.dtype  # "auto" resolved at start
         self.started = False
 
     async def start(self) -> None:
@@ -64,15 +65,16 @@ class Service:
         self.registry = Registry.load(s.model_dirs)
         cuda = torch.cuda.device_count() if s.device != "cpu" else 0
         self.device_kind, devices, threads = s.worker_layout(cuda)
+        self.dtype = auto_dtype(self.device_kind) if s.dtype == "auto" else s.dtype
         m = self.metrics
         self.pool = WorkerPool(
             {model_id: str(model.directory) for model_id, model in self.registry.models.items()}, devices,
-            threads=threads, dtype=s.dtype, batch_tokens=s.batch_tokens, batch_timeout_s=s.request_timeout_s + 30,
+            threads=threads, dtype=self.dtype, batch_tokens=s.batch_tokens, batch_timeout_s=s.request_timeout_s + 30,
             start_timeout_s=s.worker_start_timeout_s, fault_injection=s.fault_injection,
             on_busy=lambda index, seconds: m.worker_busy.labels(str(index)).inc(seconds))
         self.scheduler = Scheduler(self.pool.run, slots=len(devices), batch_tokens=s.batch_tokens,
-                                   max_wait_s=s.max_wait_ms / 1000, max_queue_items=s.max_queue_items,
-                                   on_batch=self._observe_batch)
+                                   max_wait_s=s.max_wait_ms / 1000, quiet_s=s.batch_quiet_ms / 1000,
+                                   max_queue_items=s.max_queue_items, on_batch=self._observe_batch)
         m.queue_depth.set_function(lambda: self.scheduler.queued)
         m.batches_in_flight.set_function(lambda: self.scheduler.in_flight)
         m.workers_alive.set_function(lambda: sum(w.alive for w in self.pool.workers))
@@ -82,8 +84,8 @@ class Service:
         self.pool.start()
         self.scheduler.start()
         self.started = True
-        log.info("serving %s on %d %s worker(s) x %d thread(s)", self.registry.pairs(), len(devices),
-                 self.device_kind, threads)
+        log.info("serving %s on %d %s worker(s) x %d thread(s), %s", self.registry.pairs(), len(devices),
+                 self.device_kind, threads, self.dtype)
 
     async def stop(self) -> None:
         """Finish queued and in-flight work (within shutdown_timeout_s), then stop the workers."""

@@ -30,16 +30,21 @@ class Settings(BaseSettings):
     model_dirs: CommaList = Field(["checkpoints/en-de"], description="Checkpoint directories to serve, one per "
                                   "language pair; the model id is '<source_lang>-<target_lang>' from metadata.json.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="'auto' takes CUDA when available.")
-    dtype: Literal["float32", "float16", "bfloat16", "int8"] = Field(
-        "float32", description="Weights and activations dtype; int8: dynamically quantized Linear layers, CPU only.")
+    dtype: Literal["auto", "float32", "float16", "bfloat16", "int8"] = Field(
+        "auto", description="Weights and activations dtype. auto: bfloat16 where the hardware computes it natively "
+        "(CPUs with AMX or AVX-512 BF16, CUDA GPUs from Ampere on), else float32; int8: dynamically quantized "
+        "Linear layers, CPU only.")
     workers: int = Field(0, ge=0, le=64, description="Model worker processes. 0: one per GPU on CUDA; on CPU, "
                          "cores // threads_per_worker.")
     threads_per_worker: int = Field(0, ge=0, le=256, description="torch intra-op threads in each CPU worker. "
                                     "0: 1 when the machine has at most 4 cores, else 4.")
     batch_tokens: int = Field(4096, ge=16, description="Token budget of one batch: items x padded source length "
                               "x beam size.")
-    max_wait_ms: float = Field(5.0, ge=0, le=10_000, description="Longest an item waits for company before its "
+    max_wait_ms: float = Field(25.0, ge=0, le=10_000, description="Longest an item waits for company before its "
                                "batch runs anyway.")
+    batch_quiet_ms: float = Field(3.0, ge=0, le=10_000, description="A batch that is not full starts once no item "
+                                  "has joined it for this long (a lone request waits only this), at the latest "
+                                  "after max_wait_ms.")
     max_items: int = Field(64, ge=1, description="Most texts in one request.")
     max_chars: int = Field(5000, ge=1, description="Most characters in one text (the model's token limit applies "
                            "too).")

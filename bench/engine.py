@@ -12,8 +12,7 @@ random 25-token sources (EOS included).
 
 Equal work: every engine must produce exactly --tgt-len target tokens per sentence (EOS never
 wins): HF with `min_new_tokens` = `max_new_tokens`, CTranslate2 with `min_decoding_length` =
-`max_decoding_length`, ours by setting the output bias of EOS to -1e4 in the loaded model
-(its `output_proj.bias`; one is added when a checkpoint has none) with `max_length` = --tgt-len.
+`max_decoding_length`, ours with `min_length` = `max_length` (each bans EOS until then).
 Each row's outputs are checked for that length. tokens/s counts source + target tokens of the
 batch (beams do not multiply it). Each row: one warm-up, then --repeat timed runs, median;
 torch threads (ours, HF) and CTranslate2 intra_threads are set per row. The timed runs of all
@@ -198,26 +197,10 @@ class Ours:
     name = "ours"
 
     def __init__(self, ckpt: Path, compute: str):
-        dtype = "bfloat16" if compute == "bfloat16" else "float32"
-        self.t = Translator(ckpt, device="cpu", dtype=dtype, max_length_b=10_000)
-        m, c = self.t.model, self.t.config
-        with torch.no_grad():  # EOS never wins: every sentence runs to the length cap
-            if m.output_proj.bias is None:
-                m.output_proj.bias = torch.nn.Parameter(torch.zeros(c.tgt_vocab_size, dtype=m.output_proj.weight.dtype))
-            m.output_proj.bias[c.eos_id] = -1e4
-        if compute == "int8":  # what Translator(dtype="int8") runs, applied after the EOS bias is set
-            try:
-                from model.translator import quantize_linear_int8
-            except ImportError:  # older tree
-                def quantize_linear_int8(module):
-                    return torch.ao.quantization.quantize_dynamic(module, {torch.nn.Linear}, dtype=torch.qint8)
-            self.t.model = quantize_linear_int8(m)
-        self.vocab = c.src_vocab_size
-        self.special = {c.pad_id, c.eos_id, c.unk_id, c.bos_id, c.decoder_start_id}
-        self.eos = c.eos_id
+        self.t = Translator(ckpt, device="cpu", dtype=compute, max_length_b=10_000)
 
     def run(self, sources: list[list[int]], beam: int, tgt_len: int):
-        res = self.t.translate(sources, beam_size=beam, max_length=tgt_len, batch_tokens=1 << 30)
+        res = self.t.translate(sources, beam_size=beam, max_length=tgt_len, min_length=tgt_len, batch_tokens=1 << 30)
         return [r.hypotheses[0].token_ids if not r.hypotheses[0].ended_with_eos else None for r in res]
 
 

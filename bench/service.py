@@ -50,7 +50,7 @@ def free_port() -> int:
 def start_server(args) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {**os.environ, "NMT_MODEL_DIRS": args.model}
-    for name in ("workers", "threads_per_worker", "max_wait_ms", "batch_tokens", "device", "dtype"):
+    for name in ("workers", "threads_per_worker", "max_wait_ms", "batch_quiet_ms", "batch_tokens", "device", "dtype"):
         value = getattr(args, name)
         if value is not None:
             env[f"NMT_{name.upper()}"] = str(value)
@@ -118,7 +118,7 @@ def offline(model: str, sentences: list[str], threads: int, args) -> tuple[float
 
     torch.set_num_threads(threads)
     translator = Translator(model, device=None if args.device in (None, "auto") else args.device,
-                            dtype=args.dtype or "float32")
+                            dtype=args.dtype or "auto")
     translator.translate(sentences[:4], beam_size=args.beam_size)  # warm-up
     start = time.perf_counter()
     translator.translate(sentences, beam_size=args.beam_size, batch_tokens=args.batch_tokens or 4096)
@@ -141,6 +141,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, help="NMT_WORKERS for the started server")
     p.add_argument("--threads-per-worker", type=int, help="NMT_THREADS_PER_WORKER")
     p.add_argument("--max-wait-ms", type=float, help="NMT_MAX_WAIT_MS")
+    p.add_argument("--batch-quiet-ms", type=float, help="NMT_BATCH_QUIET_MS")
     p.add_argument("--batch-tokens", type=int, help="NMT_BATCH_TOKENS (also the offline batch budget)")
     p.add_argument("--device", help="NMT_DEVICE (and the offline Translator's)")
     p.add_argument("--dtype", help="NMT_DTYPE (and the offline Translator's)")

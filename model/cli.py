@@ -39,8 +39,8 @@ def register(subparsers) -> None:
     p.add_argument("--length-penalty", type=float, default=1.0, help="score = log-prob / length^alpha")
     p.add_argument("--batch-tokens", type=int, default=4096, help="source tokens per batch (beams included)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16", "int8"],
-                   help="int8: int8 Linear weights on the CPU")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16", "int8"],
+                   help="auto: bfloat16 where the hardware computes it natively, else float32; int8: int8 Linear weights on the CPU")
     p.set_defaults(func=translate_command)
 
     # the other model-side commands live beside the code they drive

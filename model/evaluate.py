@@ -71,7 +71,7 @@ def evaluate(model_dir: str, data_dir: str, sets: list[str], beams: list[int], l
             if hyp_dir:
                 Path(hyp_dir).mkdir(parents=True, exist_ok=True)
                 (Path(hyp_dir) / f"{name}.beam{beam}.de").write_text("\n".join(hyps) + "\n", encoding="utf-8")
-    return {"model": str(model_dir), "metadata": translator.metadata, "threads": threads, "dtype": dtype,
+    return {"model": str(model_dir), "metadata": translator.metadata, "threads": threads, "dtype": translator.dtype,
             "limit": limit,
             "results": rows}
 
@@ -98,7 +98,7 @@ def add_eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--batch-tokens", type=int, default=4096)
     p.add_argument("--hyp-dir", help="also write the hypotheses here")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "int8"],
+    p.add_argument("--dtype", default="float32", choices=["auto", "float32", "bfloat16", "float16", "int8"],
                    help="compute type of the model (CPU)")
     p.add_argument("--out", help="write the JSON report here")
 

@@ -53,11 +53,23 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def auto_dtype(device: str | torch.device) -> str:
+    """What dtype "auto" means on this device: bfloat16 where the hardware multiplies it natively
+    (CUDA GPUs from Ampere on; CPUs with AMX or AVX-512 BF16), else float32. bf16 changes dev-set
+    BLEU/chrF of the shipped model by less than 0.15 (see its model card); search scores stay float32."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        return "bfloat16" if torch.cuda.is_bf16_supported(including_emulation=False) else "float32"
+    if kind == "cpu" and (torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()):
+        return "bfloat16"
+    return "float32"
+
+
 class Translator:
     def __init__(self, model_dir: str | Path, device: str | None = None, dtype: str = "float32",
                  max_length_a: float = 1.5, max_length_b: int = 10, max_length_cap: int = 256):
         self.device = torch.device(device or default_device())
-        self.dtype = dtype
+        self.dtype = dtype = auto_dtype(self.device) if dtype == "auto" else dtype
         if dtype == "int8":
             if self.device.type != "cpu":
                 raise ValueError("dtype int8 (dynamically quantized Linear layers) runs on the CPU only")
@@ -83,8 +95,9 @@ class Translator:
 
     def translate(self, sources: list[str] | list[list[int]], beam_size: int = 4, n_best: int = 1,
                   length_penalty: float = 1.0, max_length: int | None = None, return_attention: bool = False,
-                  batch_tokens: int = 4096) -> list[TranslationResult]:
-        """Translate strings (or EOS-terminated source id lists). max_length caps new target tokens.
+                  batch_tokens: int = 4096, min_length: int = 0) -> list[TranslationResult]:
+        """Translate strings (or EOS-terminated source id lists). max_length caps new target tokens
+        (EOS included); EOS is not allowed before min_length new tokens.
 
         Sentences are sorted by length and packed into batches of at most batch_tokens source
         tokens (counting padding, and beams); results come back in input order.
@@ -100,7 +113,7 @@ class Translator:
         results: list[TranslationResult | None] = [None] * len(ids)
         for batch in self.batches(ids, batch_tokens // beam_size):
             hyps = self.translate_ids([ids[i] for i in batch], beam_size, n_best, length_penalty, max_length,
-                                      return_attention)
+                                      return_attention, min_length)
             for i, h in zip(batch, hyps):
                 results[i] = self.to_result(ids[i], h, return_attention)
         return results  # type: ignore[return-value]
@@ -118,14 +131,14 @@ class Translator:
         return batches + ([current] if current else [])
 
     def translate_ids(self, ids: list[list[int]], beam_size: int, n_best: int, length_penalty: float,
-                      max_length: int | None, return_attention: bool):
+                      max_length: int | None, return_attention: bool, min_length: int = 0):
         S = max(len(x) for x in ids)
         src = torch.full((len(ids), S), self.config.pad_id, dtype=torch.long)
         for row, x in enumerate(ids):
             src[row, : len(x)] = torch.tensor(x)
         caps = torch.tensor([self.length_cap(len(x), max_length) for x in ids])
         return beam_search(self.model, src.to(self.device), beam_size, n_best, length_penalty,
-                           caps.to(self.device), return_attention)
+                           caps.to(self.device), return_attention, min_length)
 
     def to_result(self, source_ids: list[int], hyps, return_attention: bool) -> TranslationResult:
         tok = self.tokenizer

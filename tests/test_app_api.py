@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.settings import Settings
 from tests.conftest import make_tiny_checkpoint
-from model.translator import Translator
+from model.translator import Translator, auto_dtype
 
 MAX_ITEMS, MAX_CHARS = 4, 400
 
@@ -40,7 +40,7 @@ def client(tiny_checkpoint, de_en):
 
 @pytest.fixture(scope="module")
 def offline(tiny_checkpoint):
-    return Translator(tiny_checkpoint, device="cpu")
+    return Translator(tiny_checkpoint, device="cpu", dtype="auto")  # what the service runs by default
 
 
 def translate(client, status=200, **body):
@@ -103,7 +103,7 @@ def test_translate_list_with_alternatives_alignments_and_attention(client, offli
 def test_second_model_serves_its_own_pair(client, de_en):
     body = translate(client, text="Hallo Welt.", source="de", target="en")
     assert body["model"] == "de-en"
-    [expected] = Translator(de_en, device="cpu").translate(["Hallo Welt."])
+    [expected] = Translator(de_en, device="cpu", dtype="auto").translate(["Hallo Welt."])
     assert body["translations"][0]["text"] == expected.hypotheses[0].text
 
 
@@ -153,7 +153,7 @@ def test_models_and_languages(client):
     models = {m["id"]: m for m in client.get("/v1/models").json()["models"]}
     assert set(models) == {"en-de", "de-en"}
     m = models["en-de"]
-    assert (m["source"], m["target"], m["device"], m["dtype"]) == ("en", "de", "cpu", "float32")
+    assert (m["source"], m["target"], m["device"], m["dtype"]) == ("en", "de", "cpu", auto_dtype("cpu"))
     assert m["config"]["d_model"] == 32 and m["max_source_tokens"] == 128 and m["parameters"] > 10_000
     v1 = client.get("/v1/languages").json()
     assert {(p["source"], p["target"], p["model"]) for p in v1["pairs"]} == {("en", "de", "en-de"),

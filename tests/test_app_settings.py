@@ -16,7 +16,7 @@ def test_settings_from_environment(monkeypatch):
     monkeypatch.setenv("NMT_DEVICE", "cpu")
     s = Settings()
     assert s.model_dirs == ["checkpoints/en-de", "checkpoints/de-en"] and s.api_keys == ["a", "b"]
-    assert s.max_wait_ms == 12.5 and s.cors_origins == []
+    assert s.max_wait_ms == 12.5 and s.cors_origins == [] and s.dtype == "auto"
     monkeypatch.setenv("NMT_DEVICE", "tpu")
     with pytest.raises(ValueError, match="device"):
         Settings()

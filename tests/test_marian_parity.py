@@ -111,13 +111,13 @@ def padded(sources: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tens
     return ids, ids != pad
 
 
-def hf_generate(model: MarianMTModel, sources, beam: int, n_best: int, max_new: int):
+def hf_generate(model: MarianMTModel, sources, beam: int, n_best: int, max_new: int, min_new: int = 0):
     """HF outputs as per-sentence lists of (tokens without EOS, ended_with_eos, score, log_prob)."""
     pad = model.config.pad_token_id
     ids, mask = padded(sources, pad)
     out = model.generate(
         input_ids=ids, attention_mask=mask, num_beams=beam, num_return_sequences=n_best, early_stopping=True,
-        max_new_tokens=max_new, min_new_tokens=0, max_length=None, min_length=0, do_sample=False,
+        max_new_tokens=max_new, min_new_tokens=min_new, max_length=None, min_length=0, do_sample=False,
         length_penalty=1.0, forced_eos_token_id=None, forced_bos_token_id=None, bad_words_ids=[[pad]],
         no_repeat_ngram_size=0, repetition_penalty=1.0, decoder_start_token_id=pad, eos_token_id=EOS,
         pad_token_id=pad, use_cache=True, return_dict_in_generate=True, output_scores=True, output_logits=True,
@@ -138,8 +138,9 @@ def hf_generate(model: MarianMTModel, sources, beam: int, n_best: int, max_new: 
     return [results[i * n_best : (i + 1) * n_best] for i in range(ids.size(0))]
 
 
-def our_generate(translator: Translator, sources, beam: int, n_best: int, max_new: int):
-    res = translator.translate(sources, beam_size=beam, n_best=n_best, length_penalty=1.0, max_length=max_new)
+def our_generate(translator: Translator, sources, beam: int, n_best: int, max_new: int, min_new: int = 0):
+    res = translator.translate(sources, beam_size=beam, n_best=n_best, length_penalty=1.0, max_length=max_new,
+                               min_length=min_new)
     return [[(h.token_ids, h.ended_with_eos, h.score, h.log_prob) for h in r.hypotheses] for r in res]
 
 
@@ -218,6 +219,20 @@ def test_search_matches_generate(pair, beam, n_best):
     assert any(eos for _, eos in best) and not all(eos for _, eos in best), f"(length, EOS) per sentence: {best}"
     if beam > 1:
         assert any(eos and n > 0 for n, eos in best), f"no EOS after the first step: {best}"
+
+
+@pytest.mark.parametrize("beam,n_best", [(1, 1), (4, 2)])
+def test_min_length_matches_generate(pair, beam, n_best):
+    """EOS banned for the first MIN_NEW tokens, as generate(min_new_tokens=...): same outputs, and
+    sentences that end early without it now end exactly there or later."""
+    hf, translator, _ = pair
+    min_new = 5
+    free = our_generate(translator, SOURCES, beam, n_best, MAX_NEW)
+    hf_out = hf_generate(hf, SOURCES, beam, n_best, MAX_NEW, min_new)
+    ours = our_generate(translator, SOURCES, beam, n_best, MAX_NEW, min_new)
+    assert_same_outputs(ours, hf_out, f"min length, beam {beam}, n_best {n_best}")
+    assert any(h[1] and len(h[0]) + 1 < min_new for hyps in free for h in hyps), "nothing ended early anyway"
+    assert all(len(h[0]) + h[1] >= min_new for hyps in ours for h in hyps)
 
 
 @pytest.mark.parametrize("beam", [1, 4])

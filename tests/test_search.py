@@ -167,7 +167,7 @@ def test_top_candidates_equal_full_vocabulary_selection(vocab, dtype):
     logits = (torch.randn(B * k, vocab, generator=g) * 4).to(dtype)  # bfloat16: many exact ties
     run_scores = torch.randn(B, k, generator=g) * 3
     run_scores[0, 1:] = -1e9  # first step: only beam 0 is live
-    scores, rows, tokens = top_candidates(logits.clone(), run_scores, 2 * k, PAD)
+    scores, rows, tokens = top_candidates(logits.clone(), run_scores, 2 * k, (PAD,))
     ref_scores, ref_rows, ref_tokens = reference_candidates(logits, run_scores, 2 * k, PAD)
     torch.testing.assert_close(scores, ref_scores, atol=0, rtol=0)
     # (beam, token) pairs may differ only among exactly equal scores: each must carry its score
@@ -204,3 +204,40 @@ def test_bfloat16_search_keeps_float32_scores_and_attention():
             assert h.attention.dtype == torch.float32 and h.attention.shape == (2, 4, T, source_len)
             torch.testing.assert_close(h.attention.sum(-1), torch.ones(2, 4, T))
             assert isinstance(h.score, float) and h.log_prob <= 0
+
+
+def test_length_groups_minimise_padding_plus_group_cost():
+    from model.search import length_groups
+
+    lengths = [30, 3, 31, 4, 29, 5, 3]
+    groups = length_groups(lengths, group_cost=10)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    assert [sorted(lengths[i] for i in g) for g in groups] == [[3, 3, 4, 5], [29, 30, 31]]
+    assert length_groups(lengths, group_cost=1000) == [sorted(range(7), key=lambda i: lengths[i])]
+    assert length_groups([7, 7, 7], group_cost=0) == [[0, 1, 2]]  # equal lengths never split
+    # brute force over every way to cut the sorted rows
+    lengths = [9, 1, 4, 4, 12, 2, 8, 15]
+    order = sorted(range(8), key=lambda i: lengths[i])
+    cost = lambda gs: sum(len(g) * max(lengths[i] for i in g) + 5 for g in gs)  # noqa: E731
+    best = min(cost([order[a:b] for a, b in zip((0,) + cuts, cuts + (8,))])
+               for r in range(8) for cuts in itertools.combinations(range(1, 8), r))
+    assert cost(length_groups(lengths, group_cost=5)) == best
+
+
+def test_grouped_encoding_equals_padded_encoding():
+    from model.search import encode_by_length, length_groups
+
+    m = tiny()
+    g = torch.Generator().manual_seed(5)
+    lengths = [40, 2, 39, 3, 41, 1]
+    src = torch.full((len(lengths), 41), PAD)
+    for row, n in enumerate(lengths):
+        src[row, : n - 1] = torch.randint(4, 40, (n - 1,), generator=g)
+        src[row, n - 1] = EOS
+    assert len(length_groups(lengths)) == 2  # the short and the long ones apart
+    with torch.no_grad():
+        ref, ref_mask = m.encode(src)
+        memory, mask = encode_by_length(m, src)
+    assert torch.equal(mask, ref_mask)
+    real = ref_mask[:, 0, 0, :, None]  # (B, S, 1)
+    torch.testing.assert_close(memory * real, ref * real, atol=1e-5, rtol=1e-5)

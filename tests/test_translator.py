@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from model.cli import translate_command
-from model.translator import Translator
+from model.translator import Translator, auto_dtype
 
 SENTENCES = ["Open the file.", "Hello world, this is a small test sentence with more words.", "Click.",
              "The quick brown fox jumps over the lazy dog."]
@@ -86,3 +86,15 @@ def test_int8_translator_stays_close_to_float32(tiny_checkpoint):
 def test_int8_is_cpu_only(tiny_checkpoint):
     with pytest.raises(ValueError, match="CPU only"):
         Translator(tiny_checkpoint, device="meta", dtype="int8")
+
+
+def test_auto_dtype_is_bfloat16_only_where_the_cpu_computes_it(tiny_checkpoint, monkeypatch):
+    native = torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
+    assert auto_dtype("cpu") == ("bfloat16" if native else "float32")
+    translator = Translator(tiny_checkpoint, device="cpu", dtype="auto")
+    assert translator.dtype == auto_dtype("cpu")
+    assert translator.model.output_proj.weight.dtype == getattr(torch, translator.dtype)
+    for amx, avx512_bf16, expected in [(False, False, "float32"), (True, False, "bfloat16"), (False, True, "bfloat16")]:
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx)
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512_bf16: v)
+        assert auto_dtype("cpu") == expected

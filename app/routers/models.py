@@ -22,7 +22,7 @@ async def list_models(service: ServiceDep):
     s = service.settings
     return ModelsResponse(models=[
         ModelInfo(id=m.id, source=m.source, target=m.target, config=ModelConfigSummary(**m.config_summary()),
-                  parameters=m.parameters, device=service.device_kind, dtype=s.dtype,
+                  parameters=m.parameters, device=service.device_kind, dtype=service.dtype,
                   max_source_tokens=m.max_source_tokens)
         for m in service.registry.models.values()])
 

@@ -15,8 +15,12 @@ wins): HF with `min_new_tokens` = `max_new_tokens`, CTranslate2 with `min_decodi
 `max_decoding_length`, ours with `min_length` = `max_length` (each bans EOS until then).
 Each row's outputs are checked for that length. tokens/s counts source + target tokens of the
 batch (beams do not multiply it). Each row: one warm-up, then --repeat timed runs, median;
-torch threads (ours, HF) and CTranslate2 intra_threads are set per row. The timed runs of all
-engines for one (threads, beam, batch) row are interleaved, so background load hits them alike.
+torch threads (ours, HF) and CTranslate2 intra_threads are set per row. With T > 1 threads and
+batch > 1 there is also an "inter" layout for ours and CTranslate2: the batch cut into T
+sub-batches decoded at once, one thread each (ours: `Translator.translate(parallel=T)` with one
+torch thread; CTranslate2: inter_threads=T, intra_threads=1, max_batch_size=batch/T). The timed
+runs of all engines for one (threads, beam, batch) row are interleaved, so background load hits
+them alike.
 A second table puts each engine at its best (compute, threads) per (beam, batch): ours against
 CTranslate2 int8 and HF. Results of these runs: BENCHMARKS.md.
 
@@ -191,16 +195,24 @@ class Row:
     batch: int
     tokens_per_s: float
     seconds: float
+    layout: str = "intra"  # intra: one batch, `threads` intra-op threads; inter: `threads` batches at once, 1 thread each
+
+    @property
+    def setting(self) -> str:
+        return f"{self.threads}" + (" inter" if self.layout == "inter" else "")
 
 
 class Ours:
     name = "ours"
 
-    def __init__(self, ckpt: Path, compute: str):
+    def __init__(self, ckpt: Path, compute: str, parallel: int = 1):
         self.t = Translator(ckpt, device="cpu", dtype=compute, max_length_b=10_000)
+        self.parallel = parallel
+        self.torch_threads = 1 if parallel > 1 else None  # inter layout: one torch thread per batch
 
     def run(self, sources: list[list[int]], beam: int, tgt_len: int):
-        res = self.t.translate(sources, beam_size=beam, max_length=tgt_len, min_length=tgt_len, batch_tokens=1 << 30)
+        res = self.t.translate(sources, beam_size=beam, max_length=tgt_len, min_length=tgt_len, batch_tokens=1 << 30,
+                               parallel=self.parallel)
         return [r.hypotheses[0].token_ids if not r.hypotheses[0].ended_with_eos else None for r in res]
 
 
@@ -228,11 +240,14 @@ class HF:
 class CT2:
     name = "ct2"
 
-    def __init__(self, ct2_dir: Path, compute: str, threads: int, id_to_token: list[str], pad: str | None = None):
+    def __init__(self, ct2_dir: Path, compute: str, threads: int, id_to_token: list[str], pad: str | None = None,
+                 inter: bool = False):
         import ctranslate2
 
+        # inter: `threads` sub-batches decoded at once, one thread each (CTranslate2's inter_threads)
+        self.inter = threads if inter else 1
         self.t = ctranslate2.Translator(str(ct2_dir), device="cpu", compute_type=compute,
-                                        intra_threads=threads, inter_threads=1)
+                                        intra_threads=1 if inter else threads, inter_threads=self.inter)
         self.id_to_token = id_to_token
         # our search never emits PAD; a converted Marian model has no PAD entry, ours do
         self.suppress = [[pad]] if pad is not None else None
@@ -241,7 +256,8 @@ class CT2:
         tokens = [[self.id_to_token[i] for i in s] for s in sources]
         res = self.t.translate_batch(tokens, beam_size=beam, max_decoding_length=tgt_len,
                                      min_decoding_length=tgt_len, num_hypotheses=1, length_penalty=1.0,
-                                     max_batch_size=0, return_scores=False, suppress_sequences=self.suppress)
+                                     max_batch_size=-(-len(tokens) // self.inter) if self.inter > 1 else 0,
+                                     return_scores=False, suppress_sequences=self.suppress)
         return [r.hypotheses[0] if "</s>" not in r.hypotheses[0] else None for r in res]
 
 
@@ -266,12 +282,12 @@ def time_rows(engines: list, sources, beam: int, tgt_len: int, repeat: int, thre
     """Median seconds per engine. One warm-up each (also the equal-work check), then the timed
     runs interleaved round-robin, so that load from other processes hits all engines alike."""
     for engine in engines:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(getattr(engine, "torch_threads", None) or threads)
         check_outputs(engine, engine.run(sources, beam, tgt_len), tgt_len)
     times: list[list[float]] = [[] for _ in engines]
     for _ in range(repeat):
         for engine, t in zip(engines, times):
-            torch.set_num_threads(threads)
+            torch.set_num_threads(getattr(engine, "torch_threads", None) or threads)
             start = time.perf_counter()
             engine.run(sources, beam, tgt_len)
             t.append(time.perf_counter() - start)
@@ -318,7 +334,7 @@ def fmt_table(rows: list[Row]) -> str:
     for r in rows:
         hf = base.get((r.threads, r.beam, r.batch))
         ratio = f"{r.tokens_per_s / hf:.2f}" if hf else "-"
-        lines.append(f"| {r.engine} | {r.compute} | {r.threads} | {r.beam} | {r.batch} | {r.tokens_per_s:,.0f} | {ratio} |")
+        lines.append(f"| {r.engine} | {r.compute} | {r.setting} | {r.beam} | {r.batch} | {r.tokens_per_s:,.0f} | {ratio} |")
     return "\n".join(lines)
 
 
@@ -339,9 +355,9 @@ def fmt_goal(rows: list[Row]) -> str:
              "| ours / ct2 int8 | HF best | ours / HF |", "|---:|---:|---|---:|---|---:|---:|---:|---:|"]
     for key in sorted(ours):
         o, c, h = ours[key], ct2.get(key), hf.get(key)
-        vs_ct2 = f"{c.threads} | {c.tokens_per_s:,.0f} | {o.tokens_per_s / c.tokens_per_s:.2f}" if c else "- | - | -"
+        vs_ct2 = f"{c.setting} | {c.tokens_per_s:,.0f} | {o.tokens_per_s / c.tokens_per_s:.2f}" if c else "- | - | -"
         vs_hf = f"{h.tokens_per_s:,.0f} | {o.tokens_per_s / h.tokens_per_s:.2f}" if h else "- | -"
-        lines.append(f"| {key[0]} | {key[1]} | {o.compute}, {o.threads} | {o.tokens_per_s:,.0f} | {vs_ct2} | {vs_hf} |")
+        lines.append(f"| {key[0]} | {key[1]} | {o.compute}, {o.setting} | {o.tokens_per_s:,.0f} | {vs_ct2} | {vs_hf} |")
     return "\n".join(lines)
 
 
@@ -356,6 +372,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
     ap.add_argument("--ours-compute", default="float32,int8,bfloat16", help="float32, int8 (dynamic), bfloat16")
     ap.add_argument("--ct2-compute", default="float32,int8")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--no-inter", action="store_true",
+                    help="skip the inter layout (with T threads: T sub-batches at once, one thread each)")
     ap.add_argument("--src-len", type=int, default=25, help="source tokens, EOS included")
     ap.add_argument("--tgt-len", type=int, default=30, help="forced target tokens")
     ap.add_argument("--workdir", type=Path, default=ROOT / "artifacts" / "bench")
@@ -409,32 +427,40 @@ def main(argv: list[str] | None = None) -> list[Row]:
     header = f"shape {args.model or args.shape}: {args.src_len}-token sources, {args.tgt_len} forced target tokens, " \
              f"median of {args.repeat}, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}"
     print(header, file=sys.stderr)
-    variants = []  # (engine name, compute, factory(threads))
+    variants = []  # (engine name, compute, layout, factory(threads)); "inter" rows only for threads > 1
     if "ours" in engines:
         for ct in args.ours_compute.split(","):
-            variants.append(("ours", ct, lambda t, ct=ct: Ours(ckpt, ct)))
+            variants.append(("ours", ct, "intra", lambda t, ct=ct: Ours(ckpt, ct)))
+            variants.append(("ours", ct, "inter", lambda t, ct=ct: Ours(ckpt, ct, parallel=t)))
     if "hf" in engines:
-        variants.append(("hf", "float32", lambda t: HF(hf_dir)))
+        variants.append(("hf", "float32", "intra", lambda t: HF(hf_dir)))
     if "ct2" in engines:
         for ct in args.ct2_compute.split(","):
             pad = {i: t for t, i in tgt_token_to_id.items()}[c.pad_id] if args.model else None
-            variants.append(("ct2", ct, lambda t, ct=ct, pad=pad: CT2(ct2_dir, ct, t, id_to_token, pad)))
+            variants.append(("ct2", ct, "intra", lambda t, ct=ct, pad=pad: CT2(ct2_dir, ct, t, id_to_token, pad)))
+            variants.append(("ct2", ct, "inter",
+                             lambda t, ct=ct, pad=pad: CT2(ct2_dir, ct, t, id_to_token, pad, inter=True)))
+    if args.no_inter:
+        variants = [v for v in variants if v[2] == "intra"]
     for threads in ints(args.threads):
         torch.set_num_threads(threads)
-        live = [(name, compute, factory(threads)) for name, compute, factory in variants]
+        live = [(name, compute, layout, factory(threads)) for name, compute, layout, factory in variants
+                if layout == "intra" or threads > 1]
         if args.agree and threads == ints(args.threads)[0]:
-            agreement(live, all_sources[:8], ints(args.beams), args.tgt_len, tgt_token_to_id)
+            agreement([(n, c_, e) for n, c_, _, e in live], all_sources[:8], ints(args.beams), args.tgt_len,
+                      tgt_token_to_id)
         for beam in ints(args.beams):
             for batch in ints(args.batches):
-                seconds = time_rows([e for _, _, e in live], all_sources[:batch], beam, args.tgt_len,
+                engines_here = [(n, c_, lay, e) for n, c_, lay, e in live if lay == "intra" or batch > 1]
+                seconds = time_rows([e for *_, e in engines_here], all_sources[:batch], beam, args.tgt_len,
                                     args.repeat, threads)
-                for (name, compute, _), sec in zip(live, seconds):
+                for (name, compute, layout, _), sec in zip(engines_here, seconds):
                     tps = batch * (args.src_len + args.tgt_len) / sec
-                    rows.append(Row(name, compute, threads, beam, batch, tps, sec))
-                    print(f"  {name:4} {compute:8} threads {threads} beam {beam} batch {batch:3}: "
+                    rows.append(Row(name, compute, threads, beam, batch, tps, sec, layout))
+                    print(f"  {name:4} {compute:8} threads {rows[-1].setting:8} beam {beam} batch {batch:3}: "
                           f"{tps:9,.0f} tokens/s ({sec:.3f} s)", file=sys.stderr, flush=True)
         del live
-    rows.sort(key=lambda r: (r.threads, r.beam, r.batch, ["hf", "ours", "ct2"].index(r.engine), r.compute))
+    rows.sort(key=lambda r: (r.threads, r.beam, r.batch, ["hf", "ours", "ct2"].index(r.engine), r.layout, r.compute))
     print(header)
     print(fmt_table(rows))
     print()

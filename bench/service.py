@@ -72,43 +72,109 @@ def start_server(args) -> tuple[subprocess.Popen, str]:
     sys.exit("server not ready after 600 s")
 
 
+def cpu_seconds(pid: int) -> float:
+    """user + system CPU seconds of a process (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def process_tree_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds of the server process and of its children (the workers) so far."""
+    children = []
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            children += [int(c) for c in (task / "children").read_text().split()]
+    except OSError:
+        pass
+    return {"server": cpu_seconds(pid), "workers": sum(cpu_seconds(c) for c in children)}
+
+
 def metric(text: str, name: str) -> float:
     return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
 
 
-async def load_test(url: str, sentences: list[str], pair: dict, args) -> dict:
+class RawConnection:
+    """A minimal HTTP/1.1 keep-alive JSON client on asyncio streams. httpx costs this 2-core box
+    about half a core at ~100 requests/s, taken from the server it measures; this costs a tenth
+    of that. It reads only Content-Length bodies, which is what the service sends."""
+
+    def __init__(self, url: str):
+        self.host, self.port = url.split("//", 1)[1].rsplit(":", 1)
+        self.streams = None
+
+    async def post(self, path: str, payload: dict) -> tuple[int, bytes]:
+        if self.streams is None:
+            self.streams = await asyncio.open_connection(self.host, int(self.port))
+        reader, writer = self.streams
+        data = json.dumps(payload).encode()
+        writer.write(f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        status = int(head[0].split()[1])
+        length = next(int(h.split(":", 1)[1]) for h in head[1:] if h.lower().startswith("content-length:"))
+        return status, await reader.readexactly(length)
+
+    def close(self) -> None:
+        if self.streams is not None:
+            self.streams[1].close()
+
+
+async def load_test(url: str, sentences: list[str], pair: dict, args, server_pid: int | None) -> dict:
     latencies: list[float] = []
     sent: list[int] = []
     errors: dict[int, int] = {}
     next_index = iter(range(10**9))
     stop_at = 0.0
 
-    async def client(http: httpx.AsyncClient):
+    def record(i: int, status: int, start: float) -> None:
+        if status == 200:
+            latencies.append(time.perf_counter() - start)
+            sent.append(i)
+        else:
+            errors[status] = errors.get(status, 0) + 1
+
+    def body(i: int) -> dict:
+        return {"text": sentences[i], **pair, "beam_size": args.beam_size}
+
+    async def httpx_client(http: httpx.AsyncClient):
         while time.perf_counter() < stop_at:
             i = next(next_index) % len(sentences)
             start = time.perf_counter()
-            r = await http.post("/v1/translate", json={"text": sentences[i], **pair, "beam_size": args.beam_size})
-            if r.status_code == 200:
-                latencies.append(time.perf_counter() - start)
-                sent.append(i)
-            else:
-                errors[r.status_code] = errors.get(r.status_code, 0) + 1
+            r = await http.post("/v1/translate", json=body(i))
+            record(i, r.status_code, start)
+
+    async def raw_client():
+        connection = RawConnection(url)
+        while time.perf_counter() < stop_at:
+            i = next(next_index) % len(sentences)
+            start = time.perf_counter()
+            status, _ = await connection.post("/v1/translate", body(i))
+            record(i, status, start)
+        connection.close()
 
     limits = httpx.Limits(max_connections=args.clients, max_keepalive_connections=args.clients)
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
-        for text in sentences[:4]:  # warm-up: first-call costs stay out of the numbers
-            await http.post("/v1/translate", json={"text": text, **pair, "beam_size": args.beam_size})
+        for i in range(4):  # warm-up: first-call costs stay out of the numbers
+            await http.post("/v1/translate", json=body(i))
         before = (await http.get("/metrics")).text
+        cpu_before = (time.process_time(), process_tree_cpu(server_pid) if server_pid else {})
         start = time.perf_counter()
         stop_at = start + args.seconds
-        await asyncio.gather(*(client(http) for _ in range(args.clients)))
+        await asyncio.gather(*((raw_client() if args.client == "raw" else httpx_client(http))
+                               for _ in range(args.clients)))
         elapsed = time.perf_counter() - start
+        cpu = {"clients": time.process_time() - cpu_before[0]}
+        if server_pid:
+            cpu.update({k: v - cpu_before[1][k] for k, v in process_tree_cpu(server_pid).items()})
         after = (await http.get("/metrics")).text
     batches = metric(after, "nmt_batch_size_count") - metric(before, "nmt_batch_size_count")
     items = metric(after, "nmt_batch_size_sum") - metric(before, "nmt_batch_size_sum")
     busy = metric(after, "nmt_worker_busy_seconds_total") - metric(before, "nmt_worker_busy_seconds_total")
     return {"elapsed": elapsed, "latencies": latencies, "sent": sent, "errors": errors,
-            "mean_batch": items / batches if batches else 0.0, "busy_s": busy}
+            "mean_batch": items / batches if batches else 0.0, "busy_s": busy, "cpu": cpu}
 
 
 def offline(model: str, sentences: list[str], threads: int, args) -> tuple[float, int]:
@@ -137,6 +203,9 @@ def main() -> None:
     p.add_argument("--clients", type=int, default=64)
     p.add_argument("--seconds", type=float, default=30)
     p.add_argument("--beam-size", type=int, default=4)
+    p.add_argument("--client", choices=["httpx", "raw"], default="httpx",
+                   help="load generator: httpx.AsyncClient, or a minimal asyncio HTTP/1.1 client that leaves "
+                   "more of a small machine to the server")
     p.add_argument("--url", help="benchmark this running server instead of starting one")
     p.add_argument("--workers", type=int, help="NMT_WORKERS for the started server")
     p.add_argument("--threads-per-worker", type=int, help="NMT_THREADS_PER_WORKER")
@@ -156,7 +225,7 @@ def main() -> None:
     try:
         model = httpx.get(f"{url}/v1/models").json()["models"][0]
         pair = {"source": model["source"], "target": model["target"]}
-        run = asyncio.run(load_test(url, sentences, pair, args))
+        run = asyncio.run(load_test(url, sentences, pair, args, process.pid if process else None))
         workers = httpx.get(f"{url}/ready").json()["workers"]
     finally:
         if process is not None:
@@ -168,7 +237,7 @@ def main() -> None:
     tokenizer = load_model(args.model) if Path(args.model).is_dir() else None
     done = len(run["sent"])
     lat = sorted(x * 1000 for x in run["latencies"])
-    rows = [{"what": f"service: {args.clients} clients, {len(workers)} worker(s)",
+    rows = [{"what": f"service: {args.clients} {args.client} clients, {len(workers)} worker(s), {model['dtype']}",
              "sentences_per_s": done / run["elapsed"],
              "tokens_per_s": (sum(len(tokenizer.encode(sentences[i])) for i in run["sent"]) / run["elapsed"]
                               if tokenizer else None),
@@ -185,6 +254,8 @@ def main() -> None:
     print(f"\n{done} sentences in {run['elapsed']:.1f} s, beam {args.beam_size}, mean batch "
           f"{run['mean_batch']:.1f} items, workers busy {100 * run['busy_s'] / run['elapsed'] / len(workers):.0f}%"
           + (f", errors {run['errors']}" if run["errors"] else ""))
+    print("CPU cores used meanwhile: " + ", ".join(f"{k} {v / run['elapsed']:.2f}" for k, v in run["cpu"].items())
+          + f" (of {os.cpu_count()})")
     print("| run | sentences/s | source tokens/s | p50 ms | p95 ms | p99 ms |")
     print("|---|---:|---:|---:|---:|---:|")
     fmt = lambda v, d=1: "" if v is None else f"{v:.{d}f}"  # noqa: E731

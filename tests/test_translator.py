@@ -98,3 +98,21 @@ def test_auto_dtype_is_bfloat16_only_where_the_cpu_computes_it(tiny_checkpoint, 
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx)
         monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512_bf16: v)
         assert auto_dtype("cpu") == expected
+
+
+def test_parallel_batches_give_the_same_results_in_order(tiny_checkpoint):
+    translator = Translator(tiny_checkpoint, device="cpu")
+    texts = ["Open the file.", "Save your changes now please.", "Print.", "Close the window and the dialog.",
+             "Hello world.", "Click the button to print the document."]
+    serial = translator.translate(texts, beam_size=3, n_best=2, batch_tokens=60, return_attention=True)
+    for parallel in (2, 4):
+        together = translator.translate(texts, beam_size=3, n_best=2, batch_tokens=60, return_attention=True,
+                                        parallel=parallel)
+        for a, b in zip(serial, together):
+            assert [h.token_ids for h in a.hypotheses] == [h.token_ids for h in b.hypotheses]
+            assert [h.score for h in a.hypotheses] == pytest.approx([h.score for h in b.hypotheses], abs=1e-5)
+            torch.testing.assert_close(a.hypotheses[0].attention, b.hypotheses[0].attention)
+    one_batch = translator.translate(texts, beam_size=3, parallel=3)  # one batch is split into 3
+    assert [r.hypotheses[0].token_ids for r in one_batch] == [r.hypotheses[0].token_ids for r in serial]
+    with pytest.raises(ValueError, match="parallel"):
+        translator.translate(texts, parallel=0)

@@ -10,13 +10,18 @@ import sys
 def translate_command(args) -> None:
     from model.translator import Translator
 
+    import torch
+
     translator = Translator(args.model, device=args.device, dtype=args.dtype)
+    parallel = getattr(args, "parallel", 1)
+    if parallel > 1:
+        torch.set_num_threads(1)  # one core per batch
     lines = [line.rstrip("\n") for line in sys.stdin]
     # empty lines stay empty lines, so output line i always answers input line i
     texts = [line for line in lines if line.strip()]
     results = iter(translator.translate(texts, beam_size=args.beam, n_best=args.n_best,
                                         length_penalty=args.length_penalty, max_length=args.max_length,
-                                        batch_tokens=args.batch_tokens))
+                                        batch_tokens=args.batch_tokens, parallel=parallel))
     out = sys.stdout
     for line in lines:
         if not line.strip():
@@ -38,6 +43,8 @@ def register(subparsers) -> None:
     p.add_argument("--max-length", type=int, default=None, help="cap on new target tokens (EOS included)")
     p.add_argument("--length-penalty", type=float, default=1.0, help="score = log-prob / length^alpha")
     p.add_argument("--batch-tokens", type=int, default=4096, help="source tokens per batch (beams included)")
+    p.add_argument("--parallel", type=int, default=1, help="batches decoded at once, one thread each (CPU: try "
+                   "the number of cores)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16", "int8"],
                    help="auto: bfloat16 where the hardware computes it natively, else float32; int8: int8 Linear weights on the CPU")

@@ -3,17 +3,10 @@
 A request becomes a Job of items (one per text). Items wait in one FIFO per BatchKey (the model
 and every decoding option, because only items decoded the same way can share a beam search).
 When a worker slot is free, the key whose oldest item is oldest goes first, provided it holds a
-full token budget, or no item has joined it for `quiet` (the burst of requests that came
-together is in), or its oldest item has waited max_wait; its oldest item leaves with the items
-closest to it in length, up to the budget. So one job's items may run in several batches, even
-on several workers at once, and each result is put back at its item's index: a job resolves
-with its own results, in order. A batch that fails is retried request by request, so one bad
-input fails only its own request.
-
-Why the quiet gap: under load, requests come in bursts (the clients of a finished batch send
-their next request together, and the event loop takes them in one by one); a free worker that
-starts on the first few items of a burst runs a small batch and leaves the rest of the burst to
-wait for the next one. A lone request still waits only `quiet`.
+full token budget or that item has waited max_wait; its oldest item leaves with the items
+closest to it in length, up to the budget. So one job's items may run in several batches, even on several workers at once, and
+each result is put back at its item's index: a job resolves with its own results, in order.
+A batch that fails is retried request by request, so one bad input fails only its own request.
 
 The scheduler knows nothing of models or processes: it awaits `run_batch(key, sources)`, which
 must return one result per source. Tested alone with a fake run_batch.
@@ -94,16 +87,14 @@ class _Item:
 class Scheduler:
     def __init__(self, run_batch: Callable[[BatchKey, list[list[int]]], Awaitable[list[Any]]], slots: int,
                  batch_tokens: int, max_wait_s: float, max_queue_items: int = 1 << 30,
-                 on_batch: Callable[[BatchKey, int, int], None] | None = None, quiet_s: float | None = None):
+                 on_batch: Callable[[BatchKey, int, int], None] | None = None):
         self.run_batch, self.slots = run_batch, slots
         self.batch_tokens, self.max_wait_s, self.max_queue_items = batch_tokens, max_wait_s, max_queue_items
-        self.quiet_s = max_wait_s if quiet_s is None else min(quiet_s, max_wait_s)
         self.on_batch = on_batch  # (key, items, padded tokens) of every batch started
         self.queues: dict[BatchKey, deque[_Item]] = {}
         self.queued_cost: dict[BatchKey, int] = {}
-        self.last_arrival: dict[BatchKey, float] = {}  # when an item last joined each queue
         self.queued = 0
-        self.in_flight = 0  # batches running
+        self.in_flight = 0
         self._wake = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task | None = None
@@ -115,7 +106,6 @@ class Scheduler:
         if self.queued + len(sources) > self.max_queue_items:
             raise QueueFull(f"{self.queued} items are waiting (limit {self.max_queue_items}); retry later")
         job = Job(key, sources)
-        self.last_arrival[key] = job.arrived
         queue = self.queues.setdefault(key, deque())
         for i, s in enumerate(sources):
             item = _Item(job, i, len(s) * key.beam_size)
@@ -140,7 +130,7 @@ class Scheduler:
         if kept:
             self.queues[job.key] = kept
         else:
-            del self.queues[job.key], self.queued_cost[job.key], self.last_arrival[job.key]
+            del self.queues[job.key], self.queued_cost[job.key]
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="scheduler")
@@ -162,7 +152,6 @@ class Scheduler:
                     item.job.fail(ShuttingDown("the server shut down before this request ran"))
             self.queues.clear()
             self.queued_cost.clear()
-            self.last_arrival.clear()
             self.queued = 0
 
     async def _loop(self) -> None:
@@ -175,23 +164,20 @@ class Scheduler:
                 return
             timeout = None
             if self.queues and self.in_flight < self.slots:
-                timeout = max(0.0, min(self._due(key) for key in self.queues) - now)
+                oldest = min(q[0].job.arrived for q in self.queues.values())
+                timeout = max(0.0, oldest + self.max_wait_s - now)
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout)
             except asyncio.TimeoutError:
                 pass
 
-    def _due(self, key: BatchKey) -> float:
-        """When key's items go without a full budget: after a quiet gap, or at the oldest's max_wait."""
-        return min(self.last_arrival[key] + self.quiet_s, self.queues[key][0].job.arrived + self.max_wait_s)
-
     def _ready_key(self, now: float) -> BatchKey | None:
-        """Among keys with a full budget or past their due time, the one with the oldest item."""
+        """Among keys with a full budget or an item past max_wait, the one with the oldest item."""
         best, best_arrived = None, None
         for key, queue in self.queues.items():
             arrived = queue[0].job.arrived
             if (self._closing or self.queued_cost[key] >= self.batch_tokens
-                    or now >= self._due(key)) and (best is None or arrived < best_arrived):
+                    or now - arrived >= self.max_wait_s) and (best is None or arrived < best_arrived):
                 best, best_arrived = key, arrived
         return best
 
@@ -222,7 +208,7 @@ class Scheduler:
             self.queues[key] = kept
             self.queued_cost[key] -= sum(item.cost for item in batch)
         else:
-            del self.queues[key], self.queued_cost[key], self.last_arrival[key]
+            del self.queues[key], self.queued_cost[key]
         return batch
 
     def _launch(self, key: BatchKey, batch: list[_Item]) -> None:

@@ -73,8 +73,8 @@ class Service:
             start_timeout_s=s.worker_start_timeout_s, fault_injection=s.fault_injection,
             on_busy=lambda index, seconds: m.worker_busy.labels(str(index)).inc(seconds))
         self.scheduler = Scheduler(self.pool.run, slots=len(devices), batch_tokens=s.batch_tokens,
-                                   max_wait_s=s.max_wait_ms / 1000, quiet_s=s.batch_quiet_ms / 1000,
-                                   max_queue_items=s.max_queue_items, on_batch=self._observe_batch)
+                                   max_wait_s=s.max_wait_ms / 1000, max_queue_items=s.max_queue_items,
+                                   on_batch=self._observe_batch)
         m.queue_depth.set_function(lambda: self.scheduler.queued)
         m.batches_in_flight.set_function(lambda: self.scheduler.in_flight)
         m.workers_alive.set_function(lambda: sum(w.alive for w in self.pool.workers))

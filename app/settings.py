@@ -40,11 +40,8 @@ class Settings(BaseSettings):
                                     "0: 1 when the machine has at most 4 cores, else 4.")
     batch_tokens: int = Field(4096, ge=16, description="Token budget of one batch: items x padded source length "
                               "x beam size.")
-    max_wait_ms: float = Field(25.0, ge=0, le=10_000, description="Longest an item waits for company before its "
+    max_wait_ms: float = Field(5.0, ge=0, le=10_000, description="Longest an item waits for company before its "
                                "batch runs anyway.")
-    batch_quiet_ms: float = Field(3.0, ge=0, le=10_000, description="A batch that is not full starts once no item "
-                                  "has joined it for this long (a lone request waits only this), at the latest "
-                                  "after max_wait_ms.")
     max_items: int = Field(64, ge=1, description="Most texts in one request.")
     max_chars: int = Field(5000, ge=1, description="Most characters in one text (the model's token limit applies "
                            "too).")

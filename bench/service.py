@@ -50,7 +50,7 @@ def free_port() -> int:
 def start_server(args) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {**os.environ, "NMT_MODEL_DIRS": args.model}
-    for name in ("workers", "threads_per_worker", "max_wait_ms", "batch_quiet_ms", "batch_tokens", "device", "dtype"):
+    for name in ("workers", "threads_per_worker", "max_wait_ms", "batch_tokens", "device", "dtype"):
         value = getattr(args, name)
         if value is not None:
             env[f"NMT_{name.upper()}"] = str(value)
@@ -210,7 +210,6 @@ def main() -> None:
     p.add_argument("--workers", type=int, help="NMT_WORKERS for the started server")
     p.add_argument("--threads-per-worker", type=int, help="NMT_THREADS_PER_WORKER")
     p.add_argument("--max-wait-ms", type=float, help="NMT_MAX_WAIT_MS")
-    p.add_argument("--batch-quiet-ms", type=float, help="NMT_BATCH_QUIET_MS")
     p.add_argument("--batch-tokens", type=int, help="NMT_BATCH_TOKENS (also the offline batch budget)")
     p.add_argument("--device", help="NMT_DEVICE (and the offline Translator's)")
     p.add_argument("--dtype", help="NMT_DTYPE (and the offline Translator's)")

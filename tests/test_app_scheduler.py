@@ -115,49 +115,6 @@ def test_a_lone_item_waits_at_most_max_wait_and_a_full_batch_goes_at_once():
     assert full < 0.05
 
 
-def test_a_burst_goes_as_one_batch_and_a_lone_item_waits_only_the_quiet_gap():
-    async def main():
-        fake = FakeTranslate()
-        scheduler = Scheduler(fake, slots=1, batch_tokens=10_000, max_wait_s=1.0, quiet_s=0.05)
-        scheduler.start()
-        key = BatchKey("en-de", beam_size=1)
-        start = time.monotonic()
-        await scheduler.submit(key, [sentence(1)]).future
-        lone = time.monotonic() - start
-        burst = []
-        for i in range(6):  # 6 requests 20 ms apart: each gap is shorter than the quiet gap
-            burst.append(scheduler.submit(key, [sentence(10 + i)]))
-            await asyncio.sleep(0.02)
-        await asyncio.gather(*(job.future for job in burst))
-        await scheduler.stop(1)
-        return fake, lone
-
-    fake, lone = run(main())
-    assert 0.04 <= lone < 0.5  # the quiet gap, not max_wait
-    assert [len(sources) for _, sources in fake.batches] == [1, 6]  # a slow trickle is one batch
-
-
-def test_a_steady_trickle_still_goes_at_max_wait():
-    async def main():
-        fake = FakeTranslate()
-        scheduler = Scheduler(fake, slots=1, batch_tokens=10_000, max_wait_s=0.1, quiet_s=0.05)
-        scheduler.start()
-        key = BatchKey("en-de", beam_size=1)
-        jobs, start = [], time.monotonic()
-        for i in range(12):  # never quiet for 50 ms, for 240 ms
-            jobs.append(scheduler.submit(key, [sentence(i)]))
-            await asyncio.sleep(0.02)
-        await asyncio.gather(*(job.future for job in jobs))
-        first, first_done = jobs[0].future.result(), jobs[0].finished - start
-        await scheduler.stop(1)
-        return fake, first_done, first
-
-    fake, first_done, first = run(main())
-    assert first == [(BatchKey("en-de", beam_size=1), sentence(0))]
-    assert first_done < 0.2  # not held back until the trickle stops
-    assert len(fake.batches) >= 2 and sum(len(s) for _, s in fake.batches) == 12
-
-
 def test_a_cancelled_job_is_never_computed():
     async def main():
         fake = FakeTranslate()

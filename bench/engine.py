@@ -18,7 +18,8 @@ batch (beams do not multiply it). Each row: one warm-up, then --repeat timed run
 torch threads (ours, HF) and CTranslate2 intra_threads are set per row. With T > 1 threads and
 batch > 1 there is also an "inter" layout for ours and CTranslate2: the batch cut into T
 sub-batches decoded at once, one thread each (ours: `Translator.translate(parallel=T)` with one
-torch thread; CTranslate2: inter_threads=T, intra_threads=1, max_batch_size=batch/T). The timed
+torch thread; CTranslate2: inter_threads=T, intra_threads=1, max_batch_size=batch/T), and a
+"procs" layout for ours: T worker processes of one thread each, the service's layout. The timed
 runs of all engines for one (threads, beam, batch) row are interleaved, so background load hits
 them alike.
 A second table puts each engine at its best (compute, threads) per (beam, batch): ours against
@@ -195,11 +196,12 @@ class Row:
     batch: int
     tokens_per_s: float
     seconds: float
-    layout: str = "intra"  # intra: one batch, `threads` intra-op threads; inter: `threads` batches at once, 1 thread each
+    layout: str = "intra"  # intra: one batch, `threads` intra-op threads; inter: `threads` batches at once, 1 thread
+    # each; procs (ours): `threads` worker processes, 1 thread each
 
     @property
     def setting(self) -> str:
-        return f"{self.threads}" + (" inter" if self.layout == "inter" else "")
+        return f"{self.threads}" + ("" if self.layout == "intra" else f" {self.layout}")
 
 
 class Ours:
@@ -214,6 +216,40 @@ class Ours:
         res = self.t.translate(sources, beam_size=beam, max_length=tgt_len, min_length=tgt_len, batch_tokens=1 << 30,
                                parallel=self.parallel)
         return [r.hypotheses[0].token_ids if not r.hypotheses[0].ended_with_eos else None for r in res]
+
+
+_worker_ours: Ours | None = None
+
+
+def _start_worker(ckpt: Path, compute: str) -> None:
+    global _worker_ours
+    torch.set_num_threads(1)
+    _worker_ours = Ours(ckpt, compute)
+
+
+def _worker_run(job):
+    return _worker_ours.run(*job)
+
+
+class OursProcesses:
+    """Ours in the service's layout: T worker processes with one thread each (app/worker.py
+    without HTTP), the batch cut into T sub-batches."""
+
+    name = "ours"
+
+    def __init__(self, ckpt: Path, compute: str, processes: int):
+        import multiprocessing
+
+        self.processes = processes
+        self.pool = multiprocessing.get_context("spawn").Pool(processes, _start_worker, (ckpt, compute))
+
+    def run(self, sources: list[list[int]], beam: int, tgt_len: int):
+        size = -(-len(sources) // self.processes)
+        chunks = [sources[i:i + size] for i in range(0, len(sources), size)]
+        return [out for part in self.pool.map(_worker_run, [(c, beam, tgt_len) for c in chunks]) for out in part]
+
+    def __del__(self):
+        self.pool.terminate()
 
 
 class HF:
@@ -374,6 +410,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-inter", action="store_true",
                     help="skip the inter layout (with T threads: T sub-batches at once, one thread each)")
+    ap.add_argument("--no-procs", action="store_true",
+                    help="skip ours in T worker processes (the service's layout)")
     ap.add_argument("--src-len", type=int, default=25, help="source tokens, EOS included")
     ap.add_argument("--tgt-len", type=int, default=30, help="forced target tokens")
     ap.add_argument("--workdir", type=Path, default=ROOT / "artifacts" / "bench")
@@ -432,6 +470,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
         for ct in args.ours_compute.split(","):
             variants.append(("ours", ct, "intra", lambda t, ct=ct: Ours(ckpt, ct)))
             variants.append(("ours", ct, "inter", lambda t, ct=ct: Ours(ckpt, ct, parallel=t)))
+            variants.append(("ours", ct, "procs", lambda t, ct=ct: OursProcesses(ckpt, ct, t)))
     if "hf" in engines:
         variants.append(("hf", "float32", "intra", lambda t: HF(hf_dir)))
     if "ct2" in engines:
@@ -442,6 +481,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
                              lambda t, ct=ct, pad=pad: CT2(ct2_dir, ct, t, id_to_token, pad, inter=True)))
     if args.no_inter:
         variants = [v for v in variants if v[2] == "intra"]
+    if args.no_procs:
+        variants = [v for v in variants if v[2] != "procs"]
     for threads in ints(args.threads):
         torch.set_num_threads(threads)
         live = [(name, compute, layout, factory(threads)) for name, compute, layout, factory in variants

@@ -133,9 +133,14 @@ def length_groups(lengths: list[int], group_cost: int = _GROUP_COST_TOKENS) -> l
 def encode_by_length(model: Transformer, src: Tensor) -> tuple[Tensor, Tensor]:
     """model.encode(src), with sentences of very different lengths encoded apart, each group
     padded only to its own longest: in a mixed batch (a service's) most encoder work would
-    otherwise go to padding. Returns memory (B, S, D), zero at padding, and src_mask (B, 1, 1, S)."""
+    otherwise go to padding. Returns memory (B, S, D), zero at padding, and src_mask (B, 1, 1, S).
+    CPU only: on a GPU padding costs little and each extra encoder call costs launches."""
+    if src.device.type != "cpu":
+        return model.encode(src)
     src_mask = (src != model.config.pad_id)[:, None, None, :]
     lengths = src_mask.view(src.size(0), -1).sum(-1).tolist()
+    if max(lengths) * len(lengths) - sum(lengths) <= _GROUP_COST_TOKENS:  # little padding to save
+        return model.encode(src)
     groups = length_groups(lengths)
     if len(groups) == 1:
         return model.encode(src)

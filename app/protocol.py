@@ -27,8 +27,9 @@ class TranslateRequest(BaseModel):
                                   "keep their order). Each text is translated as one sequence, without sentence "
                                   "splitting (its alignments and scores are of that sequence); send one sentence "
                                   "per text.", examples=["Hello world.", ["Open the file.", "Save it."]])
-    source: str = Field(description="Source language code; 'auto' works when exactly one source language is "
-                        "served.", examples=["en"], max_length=32)
+    source: str = Field(description="Source language code; 'auto': the one served source language, or with "
+                        "several the language detected in the first text (when the served models have language "
+                        "profiles).", examples=["en"], max_length=32)
     target: str = Field(description="Target language code.", examples=["de"], max_length=32)
     beam_size: int = Field(4, ge=1, le=MAX_BEAM, description="Beam width (1 = greedy).", examples=[4])
     n_best: int = Field(1, ge=1, le=MAX_BEAM, description="Hypotheses per text: the best plus n_best-1 "
@@ -166,7 +167,9 @@ class LTTranslateRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")  # LibreTranslate ignores fields it does not know
 
     q: str | list[str] = Field(description="Text, or list of texts.", examples=["Hello world."])
-    source: str = Field(description="Source language code, or 'auto'.", examples=["en"], max_length=32)
+    source: str = Field(description="Source language code, or 'auto': the one served source language, or "
+                        "with several the language detected in the first text (when the served models have "
+                        "language profiles).", examples=["en"], max_length=32)
     target: str = Field(description="Target language code.", examples=["de"], max_length=32)
     format: Literal["text", "html"] = Field("text", description="'text': plain text, translated sentence by "
                                             "sentence; whitespace and text without letters are kept. 'html': the "
@@ -181,9 +184,20 @@ class LTTranslateRequest(BaseModel):
     api_key: str | None = Field(None, description="API key, when the server requires one.", examples=[None])
 
 
+class LTDetectRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    q: str | list[str] = Field(description="Text, or list of texts (each detected on its own).",
+                               examples=["Öffnen Sie die Datei."])
+    api_key: str | None = Field(None, description="API key, when the server requires one.", examples=[None])
+
+
 class DetectedLanguage(BaseModel):
-    confidence: float = Field(description="0-100. Not detection: 'auto' resolves only when one source "
-                              "language is served, so it is 100.", examples=[100.0])
+    confidence: float = Field(description="0-100: how strongly the text's character n-grams favour this language "
+                              "over the other served languages with profiles (model/langid.py); relative to them, "
+                              "not a probability that the text is in this language at all. 100 for source 'auto' "
+                              "when only one source language is served (nothing is detected then).",
+                              examples=[97.3])
     language: str = Field(description="Language code.", examples=["en"])
 
 
@@ -194,8 +208,9 @@ class LTTranslateResponse(BaseModel):
                                                              "other hypotheses (per text when q was a list).",
                                                              examples=[["Hallo, Welt."]])
     detectedLanguage: DetectedLanguage | list[DetectedLanguage] | None = Field(
-        None, description="With source 'auto' (per text when q was a list).",
-        examples=[{"confidence": 100.0, "language": "en"}])
+        None, description="With source 'auto' (per text when q was a list; with several source languages served "
+        "the language is detected in the first text and given for all).",
+        examples=[{"confidence": 97.3, "language": "en"}])
 
 
 # --- health -----------------------------------------------------------------------------------

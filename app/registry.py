@@ -1,7 +1,9 @@
 """The served models as the server process sees them: languages, limits, tokenizer.
 
 The server never loads weights (workers do); it reads each checkpoint's config, metadata and
-SentencePiece models, so it can count tokens, reject over-long input and describe the model.
+SentencePiece models, so it can count tokens, reject over-long input and describe the model. It
+also loads each directory's language profiles (langid.json, model/langid.py) when there is one,
+for POST /detect and source 'auto'.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 from safetensors import safe_open
 
 from model.checkpoint import CheckpointError
+from model.langid import LanguageIdentifier, load_profiles
 from model.tokenizer import Tokenizer
 from model.transformer import ModelConfig
 
@@ -76,19 +79,41 @@ def load_model(directory: str | Path) -> ServedModel:
     return ServedModel(f"{source}-{target}", source, target, d, config, Tokenizer.from_dir(d, config), parameters)
 
 
+def load_identifier(models: list[ServedModel]) -> LanguageIdentifier | None:
+    """A language identifier over the served languages that some model directory has a profile
+    for (a language in several langid.json files: the first one's); None when fewer than two have
+    one, since choosing among one language tells nothing."""
+    served = {m.source for m in models} | {m.target for m in models}
+    profiles = {}
+    for m in models:
+        path = m.directory / "langid.json"
+        if not path.is_file():
+            continue
+        try:
+            found = load_profiles(path)
+        except (ValueError, KeyError, TypeError) as e:
+            raise CheckpointError(f"{path}: unreadable language profiles ({e})") from None
+        for language, profile in found.items():
+            if language in served:
+                profiles.setdefault(language, profile)
+    return LanguageIdentifier(profiles) if len(profiles) >= 2 else None
+
+
 class Registry:
-    def __init__(self, models: list[ServedModel]):
+    def __init__(self, models: list[ServedModel], identifier: LanguageIdentifier | None = None):
         self.models: dict[str, ServedModel] = {}
         for m in models:
             if m.id in self.models:
                 raise CheckpointError(f"two checkpoints serve {m.id}: {self.models[m.id].directory} and {m.directory}")
             self.models[m.id] = m
+        self.identifier = identifier  # None: language detection is unavailable
 
     @classmethod
     def load(cls, directories: list[str]) -> "Registry":
         if not directories:
             raise CheckpointError("no model directories given (NMT_MODEL_DIRS)")
-        return cls([load_model(d) for d in directories])
+        models = [load_model(d) for d in directories]
+        return cls(models, load_identifier(models))
 
     def sources(self) -> list[str]:
         return sorted({m.source for m in self.models.values()})
@@ -99,19 +124,34 @@ class Registry:
     def pairs(self) -> str:
         return ", ".join(sorted(self.models))
 
-    def resolve(self, source: str, target: str) -> tuple[ServedModel, bool]:
-        """(the model for source -> target, whether source was 'auto'); ValueError says what is served.
+    def resolve(self, source: str, target: str, text: str = "") -> tuple[ServedModel, float | None]:
+        """(the model for source -> target, None), or with source 'auto' (the model, the confidence in
+        percent of the source language it chose); ValueError says what is served.
 
-        'auto' is not language detection: it resolves only when one source language is served.
+        'auto' takes the one served source language (confidence 100) when there is one. With several,
+        it takes the language detected in `text` when language profiles are loaded and a model
+        translates from it into target; otherwise the client has to choose.
         """
-        auto = source == "auto"
-        if auto:
-            sources = self.sources()
-            if len(sources) != 1:
-                raise ValueError(f"source 'auto' needs exactly one served source language; "
-                                 f"choose one of: {', '.join(sources)}")
-            source = sources[0]
+        if source != "auto":
+            return self.model(source, target), None
+        sources = self.sources()
+        if len(sources) == 1:
+            return self.model(sources[0], target), 100.0
+        choose = f"choose one of: {', '.join(sources)}"
+        if self.identifier is None:
+            raise ValueError(f"source 'auto' needs exactly one served source language or language profiles "
+                             f"(langid.json) for the served ones; {choose}")
+        guesses = self.identifier.detect(text)
+        if not guesses:
+            raise ValueError(f"source 'auto': no language detected (the text has no letters); {choose}")
+        language, confidence = guesses[0]
+        if f"{language}-{target}" not in self.models:
+            raise ValueError(f"source 'auto': the text looks {language_name(language)} ({confidence:.1f}%), "
+                             f"and no model translates {language!r} to {target!r}; {choose}")
+        return self.models[f"{language}-{target}"], confidence
+
+    def model(self, source: str, target: str) -> ServedModel:
         model = self.models.get(f"{source}-{target}")
         if model is None:
             raise ValueError(f"no model translates {source!r} to {target!r}; served pairs: {self.pairs()}")
-        return model, auto
+        return model

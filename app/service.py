@@ -112,11 +112,25 @@ class Service:
         if not any(hmac.compare_digest(key.encode(), k.encode()) for k in keys):
             raise ApiError(403, "Invalid API key")
 
-    def resolve(self, source: str, target: str) -> tuple[ServedModel, bool]:
+    def resolve(self, source: str, target: str, text: str = "") -> tuple[ServedModel, float | None]:
+        """The model, and with source 'auto' the confidence of the language chosen (see Registry.resolve;
+        `text` is what 'auto' detects the language of)."""
         try:
-            return self.registry.resolve(source, target)
+            return self.registry.resolve(source, target, text)
         except ValueError as e:
             raise ApiError(400, str(e)) from None
+
+    async def detect(self, texts: list[str], field: str) -> list[list[tuple[str, float]]]:
+        """Each text's served languages with confidences, best first ([] for a text without letters);
+        a 400 when no served model has language profiles or check_texts refuses a text."""
+        identifier = self.registry.identifier
+        if identifier is None:
+            raise ApiError(400, "language detection is not available for the served models: their directories "
+                           "have no language profiles (langid.json, built by nmt langid) for two or more of "
+                           "their languages")
+        self.check_texts(texts, field)
+        # up to max_items x max_chars of pure Python: off the event loop, so batching keeps its timing
+        return await asyncio.to_thread(lambda: [identifier.detect(text) for text in texts])
 
     def check_texts(self, texts: list[str], field: str, allow_blank: bool = False) -> None:
         """A 400 naming the text and the limit it breaks: too many texts, a blank or too long one."""

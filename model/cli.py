@@ -1,5 +1,5 @@
 """`nmt` subcommands that need only the model package: translate, import-marian, corpus, train,
-eval. The console script (app/cli.py) adds `serve`."""
+eval, langid. The console script (app/cli.py) adds `serve`."""
 
 from __future__ import annotations
 
@@ -51,9 +51,9 @@ def register(subparsers) -> None:
     p.set_defaults(func=translate_command)
 
     # the other model-side commands live beside the code they drive
-    from model import corpus, evaluate, marian, train
+    from model import corpus, evaluate, langid, marian, train
 
-    for module in (marian, corpus, train, evaluate):
+    for module in (marian, corpus, train, evaluate, langid):
         module.register(subparsers)
 
 

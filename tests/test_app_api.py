@@ -1,9 +1,11 @@
 """Every endpoint and error through the ASGI app (TestClient runs its lifespan), with two tiny
-models served at once (en-de and de-en) and one worker process."""
+models served at once (en-de and de-en) and one worker process; language detection (/detect,
+source 'auto') on a second app whose model directories have language profiles."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -12,9 +14,11 @@ import torch
 from fastapi.testclient import TestClient
 
 from app.main import create_app
+from app.registry import Registry
 from app.settings import Settings
-from tests.conftest import make_tiny_checkpoint
+from model.langid import build_profile, save_profiles
 from model.translator import Translator, auto_dtype
+from tests.conftest import ENGLISH, GERMAN, make_tiny_checkpoint
 
 MAX_ITEMS, MAX_CHARS = 4, 400
 
@@ -269,3 +273,86 @@ def test_openapi_fields_are_described_with_examples_and_errors_are_400(client):
             assert "422" not in operation["responses"], f"{method} {path}"
             for parameter in operation.get("parameters", []):
                 assert parameter.get("description"), f"{method} {path} {parameter['name']}"
+
+
+# --- language detection: POST /detect and source 'auto' --------------------------------------
+
+GERMAN_TEXT = "Mein Bruder hat ein neues Auto gekauft, weil das alte kaputt war."
+ENGLISH_TEXT = "My brother bought a new car because the old one was broken."
+SHORT_GERMAN = "Das Auto ist kaputt."  # short: detected with less than 100% confidence
+
+
+@pytest.fixture(scope="module")
+def profiled(tiny_checkpoint, de_en, tmp_path_factory) -> list[Path]:
+    """Copies of en-de and de-en, in that order: en-de's langid.json has en, de and fr (fr is not
+    served); de-en's has only de, a useless one (from English text), which en-de's, first, overrides."""
+    root = tmp_path_factory.mktemp("profiled")
+    en_de, de_en_copy = shutil.copytree(tiny_checkpoint, root / "en-de"), shutil.copytree(de_en, root / "de-en")
+    save_profiles({"en": build_profile(ENGLISH), "de": build_profile(GERMAN), "fr": build_profile(["Le chat dort."])},
+                  en_de / "langid.json")
+    save_profiles({"de": build_profile(ENGLISH)}, de_en_copy / "langid.json")
+    return [en_de, de_en_copy]
+
+
+@pytest.fixture(scope="module")
+def detecting(profiled):
+    settings = Settings(model_dirs=[str(d) for d in profiled], workers=1, threads_per_worker=1,
+                        max_items=MAX_ITEMS, max_chars=MAX_CHARS, max_wait_ms=2)
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+def test_registry_merges_served_profiles(profiled, tiny_checkpoint, de_en):
+    en_de, de_en_copy = map(str, profiled)
+    identifier = Registry.load([en_de, de_en_copy]).identifier
+    assert identifier.languages == ["de", "en"]  # fr is not served
+    assert identifier.detect(GERMAN_TEXT)[0] == ("de", pytest.approx(100, abs=1))  # the first directory's de
+    [(_, first), (_, second)] = Registry.load([de_en_copy, en_de]).identifier.detect(GERMAN_TEXT)
+    assert first == second == pytest.approx(50)  # de-en's de profile is en-de's en profile
+    assert Registry.load([de_en_copy, str(tiny_checkpoint)]).identifier is None  # one language: no choice
+    assert Registry.load([str(tiny_checkpoint), str(de_en)]).identifier is None
+
+
+def test_detect_answers_served_languages_best_first(detecting):
+    r = detecting.post("/detect", json={"q": GERMAN_TEXT})
+    assert r.status_code == 200, r.text
+    [best, other] = r.json()
+    assert best["language"] == "de" and other["language"] == "en"
+    assert best["confidence"] > 90 and best["confidence"] + other["confidence"] == pytest.approx(100, abs=0.11)
+    assert detecting.post("/detect", data={"q": ENGLISH_TEXT}).json()[0]["language"] == "en"  # form data
+    lists = detecting.post("/detect", json={"q": [ENGLISH_TEXT, GERMAN_TEXT, "42 + 1"]}).json()
+    assert [[d["language"] for d in found] for found in lists] == [["en", "de"], ["de", "en"], []]
+    repeated = detecting.post("/detect", data={"q": [GERMAN_TEXT, ENGLISH_TEXT]}).json()  # q repeated in a form
+    assert [found[0]["language"] for found in repeated] == ["de", "en"]
+
+
+def test_detect_errors(detecting, client, monkeypatch):
+    post = lambda status=400, **kwargs: error(detecting, "POST", "/detect", status=status, **kwargs)  # noqa: E731
+    assert post(json={}) == "q: required" and post(data={}) == "q: required"
+    assert post(json={"q": ""}) == "q is empty"
+    assert post(json={"q": []}) == "q: give at least one text"
+    assert f"at most {MAX_CHARS}" in post(json={"q": ["ok", "a" * (MAX_CHARS + 1)]})
+    assert "JSON body must be an object with q" in post(json=["Hi"])
+    assert "not available for the served models" in error(client, "POST", "/detect", json={"q": GERMAN_TEXT})
+    monkeypatch.setattr(detecting.app.state.service.settings, "api_keys", ["secret"])
+    assert "API key" in post(status=403, json={"q": GERMAN_TEXT})
+    assert detecting.post("/detect", data={"q": GERMAN_TEXT, "api_key": "secret"}).status_code == 200
+
+
+def test_auto_source_detects_among_several_source_languages(detecting, de_en):
+    [expected] = Translator(de_en, device="cpu", dtype="auto").translate([SHORT_GERMAN], beam_size=4)
+    confidence = detecting.post("/detect", json={"q": SHORT_GERMAN}).json()[0]["confidence"]
+    assert 50 < confidence < 99.5
+    r = detecting.post("/translate", json={"q": SHORT_GERMAN, "source": "auto", "target": "en"})
+    assert r.json() == {"translatedText": expected.hypotheses[0].text,
+                        "detectedLanguage": {"confidence": confidence, "language": "de"}}
+    r = detecting.post("/translate", json={"q": [ENGLISH_TEXT, GERMAN_TEXT], "source": "auto", "target": "de"})
+    assert r.status_code == 200, r.text
+    first, second = r.json()["detectedLanguage"]  # the first text decides for all
+    assert first == second and first["language"] == "en" and len(r.json()["translatedText"]) == 2
+    body = translate(detecting, text=[GERMAN_TEXT], source="auto", target="en")
+    assert body["model"] == "de-en"
+    message = error(detecting, "POST", "/translate", json={"q": GERMAN_TEXT, "source": "auto", "target": "de"})
+    assert "looks German" in message and "'de' to 'de'" in message and "choose one of: de, en" in message
+    message = error(detecting, "POST", "/v1/translate", json={"text": "1234", "source": "auto", "target": "de"})
+    assert "no language detected" in message and "de, en" in message

@@ -1,5 +1,5 @@
-"""LibreTranslate's API (POST /translate, GET /languages), so its clients (Weblate, Mastodon,
-libretranslatepy) work unchanged. Like LibreTranslate, /translate takes JSON or form data (and
+"""LibreTranslate's API (POST /translate, POST /detect, GET /languages), so its clients (Weblate,
+Mastodon, libretranslatepy) work unchanged. Like LibreTranslate, /translate takes JSON or form data (and
 query parameters), and answers errors as {"error": ...} with 400 / 403 / 429.
 
 The model was trained on single sentences, so each q entry is split into sentences first (format
@@ -7,7 +7,11 @@ The model was trained on single sentences, so each q entry is split into sentenc
 kept as written). The sentences of all entries are translated as one job, batched together under
 one deadline, and each entry is rebuilt from its own translations, its markup and whitespace kept.
 With alternatives, alternative k of an entry is made of hypothesis k+1 of each of its sentences.
-/v1/translate does none of this: it translates each text as one sequence."""
+/v1/translate does none of this: it translates each text as one sequence.
+
+/detect and source 'auto' (with several source languages served) use the language profiles of
+the served models (model/langid.py); without them /detect answers 400, like LibreTranslate's
+other errors (a 5xx would tell clients to retry)."""
 
 from __future__ import annotations
 
@@ -15,11 +19,11 @@ import json
 from collections.abc import Callable
 
 from fastapi import APIRouter, Request
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from app import markup
 from app.errors import ApiError, describe_validation
-from app.protocol import DetectedLanguage, Language, LTTranslateRequest, LTTranslateResponse
+from app.protocol import DetectedLanguage, Language, LTDetectRequest, LTTranslateRequest, LTTranslateResponse
 from app.registry import ServedModel
 from app.routers import ServiceDep, errors
 from app.routers.models import languages
@@ -28,11 +32,17 @@ from app.service import Service, item_name
 
 router = APIRouter(tags=["libretranslate"])
 
-_BODY_SCHEMA = LTTranslateRequest.model_json_schema()
 _FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
 
-async def read_body(request: Request) -> LTTranslateRequest:
+def request_body(model: type[BaseModel]) -> dict:
+    """OpenAPI for a body read by read_body (the route declares none, so FastAPI cannot see it)."""
+    schema = model.model_json_schema()
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema},
+                                                          "application/x-www-form-urlencoded": {"schema": schema}}}}
+
+
+async def read_body(request: Request, model: type[BaseModel]) -> BaseModel:
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type in _FORM_TYPES or not content_type:
         fields: dict = dict(request.query_params)
@@ -46,25 +56,24 @@ async def read_body(request: Request) -> LTTranslateRequest:
         except (ValueError, UnicodeDecodeError) as e:
             raise ApiError(400, f"malformed JSON: {e}") from None
         if not isinstance(fields, dict):
-            raise ApiError(400, "the JSON body must be an object with q, source and target")
+            required = [name for name, field in model.model_fields.items() if field.is_required()]
+            raise ApiError(400, f"the JSON body must be an object with {', '.join(required)}")
     else:
         raise ApiError(400, f"unsupported content type {content_type!r}; send application/json or form data")
     try:
-        return LTTranslateRequest.model_validate(fields)
+        return model.model_validate(fields)
     except ValidationError as e:
         raise ApiError(400, describe_validation(e.errors())) from None
 
 
 @router.post("/translate", response_model=LTTranslateResponse, response_model_exclude_none=True,
              responses=errors(400, 403, 429, 503, 504), summary="Translate (LibreTranslate-compatible)",
-             openapi_extra={"requestBody": {"required": True, "content": {
-                 "application/json": {"schema": _BODY_SCHEMA},
-                 "application/x-www-form-urlencoded": {"schema": _BODY_SCHEMA}}}})
+             openapi_extra=request_body(LTTranslateRequest))
 async def translate(request: Request, service: ServiceDep):
-    """q may be a string or a list; source 'auto' resolves when one source language is served."""
-    body = await read_body(request)
+    """q may be a string or a list; source 'auto' takes the one served source language, or with
+    several the language detected in the first text of q."""
+    body = await read_body(request, LTTranslateRequest)
     service.check_api_key(body.api_key or request.headers.get("x-api-key"))
-    model, auto = service.resolve(body.source, body.target)
     texts = [body.q] if isinstance(body.q, str) else body.q
     if body.format == "html":
         service.check_texts(texts, "q", allow_blank=True)  # html without text comes back as it is
@@ -73,11 +82,13 @@ async def translate(request: Request, service: ServiceDep):
         service.check_texts(texts, "q")
         split, join = markup.split_sentences, markup.interleave
     documents = [split(text) for text in texts]
+    model, confidence = service.resolve(body.source, body.target, " ".join(documents[0][1]))  # its text, no markup
     hypotheses = await translate_sentences(request, service, model, documents, n_best=body.alternatives + 1)
     versions = [rebuild(between, per_sentence, join) for (between, _), per_sentence in zip(documents, hypotheses)]
     translated = [v[0] for v in versions]
     alternatives = [v[1:] for v in versions] if body.alternatives else None
-    detected = DetectedLanguage(confidence=100.0, language=model.source) if auto else None
+    detected = None if confidence is None else DetectedLanguage(confidence=round(confidence, 1),
+                                                                language=model.source)
     if isinstance(body.q, str):
         return LTTranslateResponse(translatedText=translated[0], alternatives=alternatives and alternatives[0],
                                    detectedLanguage=detected)
@@ -107,6 +118,24 @@ def rebuild(between: list[str], per_sentence: list[list[str]], join: Callable[..
     every sentence (as many versions as its sentence with the fewest hypotheses has)."""
     count = min((len(hypotheses) for hypotheses in per_sentence), default=1)
     return [join(between, [hypotheses[k] for hypotheses in per_sentence]) for k in range(count)]
+
+
+@router.post("/detect", response_model=list[DetectedLanguage] | list[list[DetectedLanguage]],
+             responses={200: {"description": "The served languages with their confidence, best first (a list per "
+                              "text when q was a list); [] for a text without letters.",
+                              "content": {"application/json": {"example": [{"confidence": 97.3, "language": "de"},
+                                                                          {"confidence": 2.7, "language": "en"}]}}},
+                        **errors(400, 403)},
+             summary="Detect the language (LibreTranslate-compatible)", openapi_extra=request_body(LTDetectRequest))
+async def detect(request: Request, service: ServiceDep):
+    """Chooses only among the served languages that have language profiles (langid.json in a
+    model directory); a 400 when the served models have none."""
+    body = await read_body(request, LTDetectRequest)
+    service.check_api_key(body.api_key or request.headers.get("x-api-key"))
+    texts = [body.q] if isinstance(body.q, str) else body.q
+    answers = [[DetectedLanguage(confidence=round(confidence, 1), language=language)
+                for language, confidence in found] for found in await service.detect(texts, "q")]
+    return answers[0] if isinstance(body.q, str) else answers
 
 
 @router.get("/languages", response_model=list[Language], summary="Languages (LibreTranslate-compatible)")

@@ -52,8 +52,9 @@ async def translate(body: TranslateRequest, request: Request, service: ServiceDe
     holds exactly this request's translations, in input order."""
     start = time.perf_counter()
     service.check_api_key(body.api_key or x_api_key)
-    model, _ = service.resolve(body.source, body.target)
-    sources = service.encode(model, [body.text] if isinstance(body.text, str) else body.text, "text")
+    texts = [body.text] if isinstance(body.text, str) else body.text
+    model, _ = service.resolve(body.source, body.target, texts[0] if texts else "")  # 'auto' detects texts[0]
+    sources = service.encode(model, texts, "text")
     key = BatchKey(model.id, body.beam_size, body.n_best, body.length_penalty, body.max_length,
                    attention=body.alignments or body.include_attention)
     outcome = await service.translate(request, key, sources)

@@ -3,6 +3,9 @@ English and German lines to build language profiles from."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -78,3 +81,18 @@ def make_tiny_checkpoint(directory: Path, seed: int = 0, **config_overrides) -> 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> Path:
     return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
+
+
+@contextmanager
+def ready_client(settings) -> Iterator:
+    """A TestClient of the app with these settings (lifespan run), once /ready says 200."""
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+
+    with TestClient(create_app(settings)) as client:
+        deadline = time.monotonic() + 60
+        while client.get("/ready").status_code != 200:
+            assert time.monotonic() < deadline, client.get("/ready").json()
+            time.sleep(0.05)
+        yield client

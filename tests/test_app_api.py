@@ -6,19 +6,16 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from fastapi.testclient import TestClient
 
-from app.main import create_app
 from app.registry import Registry
 from app.settings import Settings
 from model.langid import build_profile, save_profiles
 from model.translator import Translator, auto_dtype
-from tests.conftest import ENGLISH, GERMAN, make_tiny_checkpoint
+from tests.conftest import ENGLISH, GERMAN, make_tiny_checkpoint, ready_client
 
 MAX_ITEMS, MAX_CHARS = 4, 400
 
@@ -34,11 +31,7 @@ def de_en(tmp_path_factory) -> Path:
 def client(tiny_checkpoint, de_en):
     settings = Settings(model_dirs=[str(tiny_checkpoint), str(de_en)], workers=1, threads_per_worker=1,
                         max_items=MAX_ITEMS, max_chars=MAX_CHARS, max_wait_ms=2)
-    with TestClient(create_app(settings)) as c:
-        deadline = time.monotonic() + 60
-        while c.get("/ready").status_code != 200:
-            assert time.monotonic() < deadline, c.get("/ready").json()
-            time.sleep(0.05)
+    with ready_client(settings) as c:
         yield c
 
 
@@ -298,7 +291,7 @@ def profiled(tiny_checkpoint, de_en, tmp_path_factory) -> list[Path]:
 def detecting(profiled):
     settings = Settings(model_dirs=[str(d) for d in profiled], workers=1, threads_per_worker=1,
                         max_items=MAX_ITEMS, max_chars=MAX_CHARS, max_wait_ms=2)
-    with TestClient(create_app(settings)) as c:
+    with ready_client(settings) as c:
         yield c
 
 

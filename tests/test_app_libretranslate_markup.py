@@ -5,14 +5,12 @@ sentences, so nothing depends on what the random model says."""
 from __future__ import annotations
 
 import re
-import time
 from html import escape
 
 import pytest
-from fastapi.testclient import TestClient
 
-from app.main import create_app
 from app.settings import Settings
+from tests.conftest import ready_client
 
 MAX_SEGMENTS = 8
 TAG = re.compile(r"<[^>]*>")
@@ -31,11 +29,7 @@ def mastodon_translated(t: list[str]) -> str:
 def client(tiny_checkpoint):
     settings = Settings(model_dirs=[str(tiny_checkpoint)], workers=1, threads_per_worker=1, max_wait_ms=2,
                         max_segments=MAX_SEGMENTS)
-    with TestClient(create_app(settings)) as c:
-        deadline = time.monotonic() + 60
-        while c.get("/ready").status_code != 200:
-            assert time.monotonic() < deadline, c.get("/ready").json()
-            time.sleep(0.05)
+    with ready_client(settings) as c:
         yield c
 
 

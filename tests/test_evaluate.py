@@ -8,21 +8,7 @@ import json
 import pytest
 
 from model import evaluate, train
-from tests.test_train import pairs, write_corpus
-
-
-@pytest.fixture(scope="module")
-def overfit_model(tmp_path_factory):
-    root = tmp_path_factory.mktemp("eval")
-    data = pairs(20)
-    corpus = write_corpus(root, data, data)
-    run_dir = train.main([
-        "train", "--data", str(corpus), "--out", str(root / "run"), "--threads", "1", "--vocab-size", "300",
-        "--d-model", "64", "--heads", "4", "--ff", "128", "--encoder-layers", "2", "--decoder-layers", "1",
-        "--max-positions", "64", "--dropout", "0", "--label-smoothing", "0", "--lr", "3e-3", "--warmup", "20",
-        "--max-tokens", "400", "--max-steps", "250", "--dict-keep", "-1", "--log-every", "50",
-        "--save-minutes", "1000", "--dev-bleu-size", "0", "--average-last", "1", "--accum", "1"])
-    return run_dir / "final", corpus
+from tests.test_train import overfit_model, pairs  # noqa: F401 - overfit_model: the shared fixture
 
 
 def test_eval_scores_table_and_json(overfit_model, tmp_path, capsys):

@@ -73,16 +73,25 @@ def test_end_to_end(tmp_path):
     assert isinstance(result.hypotheses[0].text, str)
 
 
-def test_overfit_then_translate_exactly(tmp_path):
+@pytest.fixture(scope="session")
+def overfit_model(tmp_path_factory) -> tuple[Path, Path]:
+    """(final checkpoint, corpus) of a tiny model trained to memorise pairs(20); shared with
+    test_evaluate.py, so the 250 steps run once."""
+    root = tmp_path_factory.mktemp("overfit")
     data = pairs(20)
-    corpus = write_corpus(tmp_path, data, data)
+    corpus = write_corpus(root, data, data)
     run_dir = train.main([
-        "train", "--data", str(corpus), "--out", str(tmp_path / "run"), "--threads", "1", "--vocab-size", "300",
+        "train", "--data", str(corpus), "--out", str(root / "run"), "--threads", "1", "--vocab-size", "300",
         "--d-model", "64", "--heads", "4", "--ff", "128", "--encoder-layers", "2", "--decoder-layers", "1",
         "--max-positions", "64", "--dropout", "0", "--label-smoothing", "0", "--lr", "3e-3", "--warmup", "20",
         "--max-tokens", "400", "--accum", "1", "--max-steps", "250", "--dict-keep", "-1", "--log-every", "50",
         "--save-minutes", "1000", "--dev-bleu-size", "0", "--average-last", "1"])
-    translator = Translator(run_dir / "final", device="cpu")
+    return run_dir / "final", corpus
+
+
+def test_overfit_then_translate_exactly(overfit_model):
+    data = pairs(20)
+    translator = Translator(overfit_model[0], device="cpu")
     sources, references = [e for e, _ in data], [g for _, g in data]
     for beam in (1, 4):
         hyps = [r.hypotheses[0].text for r in translator.translate(sources, beam_size=beam)]

@@ -233,23 +233,26 @@ def _worker_run(job):
 
 class OursProcesses:
     """Ours in the service's layout: T worker processes with one thread each (app/worker.py
-    without HTTP), the batch cut into T sub-batches."""
+    without HTTP), the batch cut into T sub-batches, one per process. Each process is its own
+    pool: a shared pool may hand two sub-batches to one process while the other idles."""
 
     name = "ours"
 
     def __init__(self, ckpt: Path, compute: str, processes: int):
         import multiprocessing
 
-        self.processes = processes
-        self.pool = multiprocessing.get_context("spawn").Pool(processes, _start_worker, (ckpt, compute))
+        spawn = multiprocessing.get_context("spawn")
+        self.pools = [spawn.Pool(1, _start_worker, (ckpt, compute)) for _ in range(processes)]
 
     def run(self, sources: list[list[int]], beam: int, tgt_len: int):
-        size = -(-len(sources) // self.processes)
+        size = -(-len(sources) // len(self.pools))
         chunks = [sources[i:i + size] for i in range(0, len(sources), size)]
-        return [out for part in self.pool.map(_worker_run, [(c, beam, tgt_len) for c in chunks]) for out in part]
+        jobs = [pool.apply_async(_worker_run, ((c, beam, tgt_len),)) for pool, c in zip(self.pools, chunks)]
+        return [out for job in jobs for out in job.get()]
 
     def __del__(self):
-        self.pool.terminate()
+        for pool in self.pools:
+            pool.terminate()
 
 
 class HF:

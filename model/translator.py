@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import math
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ import torch
 from torch import Tensor
 
 from model.checkpoint import load_checkpoint
+from model.cpu_weights import can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
 from model.search import beam_search
 
 MAX_BEAM = 16
@@ -40,16 +40,6 @@ class TranslationResult:
     hypotheses: list[Translation] = field(default_factory=list)  # best first
 
 
-def quantize_linear_int8(model: torch.nn.Module) -> torch.nn.Module:
-    """Int8 weights for every Linear layer, activations quantized on the fly (CPU kernels).
-
-    Embeddings, LayerNorms and attention stay in float32, so attention capture is unchanged.
-    """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.ao's notice that this API moves to torchao
-        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-
-
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -68,7 +58,10 @@ def auto_dtype(device: str | torch.device) -> str:
 
 class Translator:
     def __init__(self, model_dir: str | Path, device: str | None = None, dtype: str = "float32",
-                 max_length_a: float = 1.5, max_length_b: int = 10, max_length_cap: int = 256):
+                 max_length_a: float = 1.5, max_length_b: int = 10, max_length_cap: int = 256,
+                 prepack: bool = True):
+        """prepack: on a CPU with native bf16, a bfloat16 model's Linear weights are reordered
+        once into oneDNN's layout (model/cpu_weights.py); False keeps plain torch Linear layers."""
         self.device = torch.device(device or default_device())
         self.dtype = dtype = auto_dtype(self.device) if dtype == "auto" else dtype
         if dtype == "int8":
@@ -78,6 +71,8 @@ class Translator:
             self.model = quantize_linear_int8(model)
         else:
             self.model, self.tokenizer, self.metadata = load_checkpoint(Path(model_dir), self.device, dtype)
+            if prepack and can_prepack_bf16(self.model):
+                prepack_linear_bf16(self.model)
         self.config = self.model.config
         self.max_length_a, self.max_length_b = max_length_a, max_length_b
         self.max_length_cap = min(max_length_cap, self.config.max_positions)

@@ -93,7 +93,7 @@ def test_auto_dtype_is_bfloat16_only_where_the_cpu_computes_it(tiny_checkpoint, 
     assert auto_dtype("cpu") == ("bfloat16" if native else "float32")
     translator = Translator(tiny_checkpoint, device="cpu", dtype="auto")
     assert translator.dtype == auto_dtype("cpu")
-    assert translator.model.output_proj.weight.dtype == getattr(torch, translator.dtype)
+    assert translator.model.tgt_embed.weight.dtype == getattr(torch, translator.dtype)
     for amx, avx512_bf16, expected in [(False, False, "float32"), (True, False, "bfloat16"), (False, True, "bfloat16")]:
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx)
         monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512_bf16: v)

@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from model import cpu_kernels
+
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
 
 
@@ -93,8 +95,11 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights
     q: (B, H, Tq, Dh); k, v: (B, H, Tk, Dh); mask: broadcastable to (B, H, Tq, Tk), bool (True
     where attending is allowed) or an additive float bias (0 or -inf). Returns (B, H, Tq, Dh)
     and, if asked, the weights (B, H, Tq, Tk), in float32 whatever the model's dtype (they are
-    read, not just used). Without weights the fused kernel runs.
+    read, not just used). Without weights the fused kernel runs. A decoder step on the CPU (a few
+    queries, no mask but a bias over keys) runs our kernel (model/cpu_kernels.py), weights or not.
     """
+    if dropout == 0.0 and cpu_kernels.handles_attention(q, k, mask):
+        return cpu_kernels.attention(q, k, v, mask, need_weights)
     if not need_weights:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
     scores = (q @ k.transpose(-2, -1)) * (q.size(-1) ** -0.5)

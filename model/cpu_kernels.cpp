@@ -1,0 +1,268 @@
+// CPU kernels for the two parts of a decoder step that PyTorch's own CPU ops run far below
+// memory speed at these shapes (see model/cpu_kernels.py for the numbers):
+//
+//   attention  softmax(q k^T / sqrt(Dh) + bias) v for a few queries per (batch, head): the
+//              decoder's self-attention over its cache (1 query) and its encoder-decoder
+//              attention (the beams of a sentence as queries of one source).
+//   row_top    the m best log-probabilities of each row of logits, and their tokens: one pass
+//              to float, then max, sum of exp, and a running top m over the row in cache.
+//
+// Arithmetic is float32 whatever the storage type (float, bfloat16, half); exp is ATen's
+// vectorised one. Shapes: B batch, H heads, Tq queries, Tk keys, Dh head size, N rows, V vocab.
+
+#include <torch/extension.h>
+
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/functional.h>
+#include <ATen/cpu/vec/vec.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace {
+
+using Vec = at::vec::Vectorized<float>;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Vec::size() values of a row, as floats
+template <typename T>
+inline Vec load_float(const T* p) {
+  Vec out;
+  at::vec::load_to_float<T>(p, out);
+  return out;
+}
+template <>
+inline Vec load_float<float>(const float* p) {
+  return Vec::loadu(p);
+}
+
+inline float sum_lanes(const Vec& v) {
+  return at::vec::vec_reduce_all<float>([](const Vec& a, const Vec& b) { return a + b; }, v);
+}
+
+inline float max_lanes(const Vec& v) {
+  return at::vec::vec_reduce_all<float>([](const Vec& a, const Vec& b) { return at::vec::maximum(a, b); }, v);
+}
+
+float max_of(const float* x, int64_t n) {
+  int64_t i = 0;
+  float m = kNegInf;
+  if (n >= Vec::size()) {
+    Vec vm = Vec::loadu(x);
+    for (i = Vec::size(); i + Vec::size() <= n; i += Vec::size()) vm = at::vec::maximum(vm, Vec::loadu(x + i));
+    m = max_lanes(vm);
+  }
+  for (; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
+inline int64_t padded_size(int64_t n) {
+  return (n + Vec::size() - 1) / Vec::size() * Vec::size();
+}
+
+// sum of exp(x[i] - shift) for i < n; with `out`, also stores each term there
+float exp_shifted_sum(const float* x, int64_t n, float shift, float* out) {
+  const Vec vshift(shift);
+  Vec vsum(0.f);
+  int64_t i = 0;
+  for (; i + Vec::size() <= n; i += Vec::size()) {
+    Vec e = (Vec::loadu(x + i) - vshift).exp_u20();
+    if (out) e.store(out + i);
+    vsum = vsum + e;
+  }
+  float sum = sum_lanes(vsum);
+  for (; i < n; ++i) {
+    const float e = std::exp(x[i] - shift);
+    if (out) out[i] = e;
+    sum += e;
+  }
+  return sum;
+}
+
+// One head's attention for one query: q (C vectors, already scaled) against keys k[j] and values
+// v[j] (pointers to Dh = C * Vec::size() values, j apart by k_step / v_step); bias (Tk,) or null.
+// s: scratch for Tk floats rounded up to whole vectors (the padding is -inf, so that max and exp
+// run on whole vectors), left holding the weights. Writes out[0 .. Dh).
+template <int C, typename scalar_t>
+void attend_head(const Vec* q, const scalar_t* k, int64_t k_step, const scalar_t* v, int64_t v_step,
+                 const float* bias, int64_t Tk, float* s, float* out) {
+  for (int64_t j = 0; j < Tk; ++j) {  // scores: q . k_j / sqrt(Dh) + bias_j
+    const scalar_t* kj = k + j * k_step;
+    Vec dot = q[0] * load_float(kj);
+    for (int c = 1; c < C; ++c) dot = at::vec::fmadd(q[c], load_float(kj + c * Vec::size()), dot);
+    s[j] = sum_lanes(dot) + (bias ? bias[j] : 0.f);
+  }
+  const int64_t padded = padded_size(Tk);
+  std::fill(s + Tk, s + padded, kNegInf);
+  const float inv = 1.f / exp_shifted_sum(s, padded, max_of(s, padded), s);
+  Vec acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = Vec(0.f);
+  for (int64_t j = 0; j < Tk; ++j) {  // out: sum_j w_j v_j
+    s[j] *= inv;
+    const Vec w(s[j]);
+    const scalar_t* vj = v + j * v_step;
+    for (int c = 0; c < C; ++c) acc[c] = at::vec::fmadd(w, load_float(vj + c * Vec::size()), acc[c]);
+  }
+  for (int c = 0; c < C; ++c) acc[c].store(out + c * Vec::size());
+}
+
+// q (B, H, Tq, Dh), k and v (B, H, Tk, Dh): any strides, but Dh contiguous and C = Dh / Vec::size()
+// a whole number. bias: undefined or float (B, Tk), added to every head's and query's scores (0
+// or -inf for source padding). Writes out (B, H, Tq, Dh) and, if not null, weights (B, H, Tq, Tk).
+// Head by head: reading all heads of a position together was slower (128 rows x 30 positions).
+template <int C, typename scalar_t>
+void attention_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& bias,
+                    at::Tensor& out, float* weights) {
+  const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Dh = q.size(3), Tk = k.size(2);
+  const Vec scale(1.f / std::sqrt(static_cast<float>(Dh)));
+  const scalar_t* qp = q.data_ptr<scalar_t>();
+  const scalar_t* kp = k.data_ptr<scalar_t>();
+  const scalar_t* vp = v.data_ptr<scalar_t>();
+  scalar_t* op = out.data_ptr<scalar_t>();
+  const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  const auto qs = q.strides(), ks = k.strides(), vs = v.strides();
+  at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> s(padded_size(Tk));
+    float o[C * Vec::size()];
+    Vec qv[C];
+    for (int64_t bh = begin; bh < end; ++bh) {
+      const int64_t b = bh / H, h = bh % H;
+      for (int64_t i = 0; i < Tq; ++i) {
+        const scalar_t* qi = qp + b * qs[0] + h * qs[1] + i * qs[2];
+        for (int c = 0; c < C; ++c) qv[c] = load_float(qi + c * Vec::size()) * scale;
+        attend_head<C>(qv, kp + b * ks[0] + h * ks[1], ks[2], vp + b * vs[0] + h * vs[1], vs[2],
+                       bp ? bp + b * Tk : nullptr, Tk, s.data(), o);
+        scalar_t* oi = op + ((b * H + h) * Tq + i) * Dh;
+        for (int64_t d = 0; d < Dh; ++d) oi[d] = static_cast<scalar_t>(o[d]);
+        if (weights) std::copy(s.begin(), s.begin() + Tk, weights + ((b * H + h) * Tq + i) * Tk);
+      }
+    }
+  });
+}
+
+#define DISPATCH_STORAGE_TYPES(TYPE, NAME, ...)                                                          \
+  switch (TYPE) {                                                                                        \
+    case at::kFloat: { using scalar_t = float; __VA_ARGS__(); break; }                                   \
+    case at::kBFloat16: { using scalar_t = c10::BFloat16; __VA_ARGS__(); break; }                        \
+    case at::kHalf: { using scalar_t = c10::Half; __VA_ARGS__(); break; }                                \
+    default: TORCH_CHECK(false, NAME ": float32, bfloat16 or float16 only, got ", TYPE);               \
+  }
+
+std::vector<at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const c10::optional<at::Tensor>& bias, bool need_weights) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "q, k, v must be (B, H, T, Dh)");
+  TORCH_CHECK(k.sizes() == v.sizes() && q.size(0) == k.size(0) && q.size(1) == k.size(1) && q.size(3) == k.size(3),
+              "q (B, H, Tq, Dh) and k, v (B, H, Tk, Dh) do not match");
+  TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1, "the head dimension must be contiguous");
+  const int64_t C = q.size(3) / Vec::size();
+  TORCH_CHECK(q.size(3) % Vec::size() == 0 && (C == 1 || C == 2 || C == 4 || C == 8),
+              "the head size must be 1, 2, 4 or 8 times ", Vec::size());
+  TORCH_CHECK(k.size(2) >= 1, "no keys");
+  TORCH_CHECK(q.scalar_type() == k.scalar_type() && q.scalar_type() == v.scalar_type(), "q, k, v dtypes differ");
+  TORCH_CHECK(q.device().is_cpu(), "CPU tensors only");
+  at::Tensor b;
+  if (bias.has_value()) {
+    b = bias->to(at::kFloat).contiguous();
+    TORCH_CHECK(b.dim() == 2 && b.size(0) == q.size(0) && b.size(1) == k.size(2), "bias must be (B, Tk)");
+  }
+  at::Tensor out = at::empty(q.sizes(), q.options());
+  at::Tensor weights = need_weights ? at::empty({q.size(0), q.size(1), q.size(2), k.size(2)}, q.options().dtype(at::kFloat))
+                                    : at::Tensor();
+  float* w = need_weights ? weights.data_ptr<float>() : nullptr;
+  DISPATCH_STORAGE_TYPES(q.scalar_type(), "attention", [&] {
+    switch (C) {
+      case 1: attention_impl<1, scalar_t>(q, k, v, b, out, w); break;
+      case 2: attention_impl<2, scalar_t>(q, k, v, b, out, w); break;
+      case 4: attention_impl<4, scalar_t>(q, k, v, b, out, w); break;
+      default: attention_impl<8, scalar_t>(q, k, v, b, out, w);
+    }
+  });
+  return {out, weights};
+}
+
+// logits (N, V), rows contiguous. Writes the m best log_softmax values of each row (float32,
+// best first) and their columns; the banned columns are skipped but count in the softmax.
+// Two passes over a row: the running top m (and the max), then the sum of exp(x - max).
+template <typename scalar_t>
+void row_top_impl(const at::Tensor& logits, int64_t m, const std::vector<int64_t>& banned, float* values,
+                  int64_t* indices) {
+  const int64_t N = logits.size(0), V = logits.size(1), row_stride = logits.stride(0);
+  const scalar_t* lp = logits.data_ptr<scalar_t>();
+  constexpr int none_above = (1 << Vec::size()) - 1;  // zero_mask(): a bit per lane that compares false
+  at::parallel_for(0, N, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> best(m);
+    std::vector<int64_t> at(m);
+    float lanes[Vec::size()];
+    for (int64_t r = begin; r < end; ++r) {
+      const scalar_t* row = lp + r * row_stride;
+      // running top m, best first; ties keep the lower column first
+      int64_t filled = 0;
+      float threshold = kNegInf;
+      auto offer = [&](int64_t col, float value) {
+        if (filled == m && !(value > threshold)) return;
+        if (std::find(banned.begin(), banned.end(), col) != banned.end()) return;
+        int64_t pos = std::min(filled, m - 1);
+        for (; pos > 0 && best[pos - 1] < value; --pos) best[pos] = best[pos - 1], at[pos] = at[pos - 1];
+        best[pos] = value, at[pos] = col;
+        filled = std::min(filled + 1, m);
+        if (filled == m) threshold = best[m - 1];
+      };
+      float mx = kNegInf;
+      int64_t j = 0;
+      for (; j < V && (filled < m || j % Vec::size()); ++j) {  // fill first, up to a vector boundary
+        const float x = static_cast<float>(row[j]);
+        mx = std::max(mx, x);
+        offer(j, x);
+      }
+      Vec vmax(mx);
+      for (; j + Vec::size() <= V; j += Vec::size()) {
+        const Vec x = load_float(row + j);
+        vmax = at::vec::maximum(vmax, x);
+        if ((x > Vec(threshold)).zero_mask() != none_above) {  // some lane beats the m-th best
+          x.store(lanes);
+          for (int64_t u = 0; u < Vec::size(); ++u) offer(j + u, lanes[u]);
+        }
+      }
+      mx = max_lanes(vmax);
+      for (; j < V; ++j) {
+        const float x = static_cast<float>(row[j]);
+        mx = std::max(mx, x);
+        offer(j, x);
+      }
+      // log sum_j exp(x_j), banned columns included
+      const Vec shift(mx);
+      Vec vsum(0.f);
+      for (j = 0; j + Vec::size() <= V; j += Vec::size()) vsum = vsum + (load_float(row + j) - shift).exp_u20();
+      float sum = sum_lanes(vsum);
+      for (; j < V; ++j) sum += std::exp(static_cast<float>(row[j]) - mx);
+      const float log_norm = mx + std::log(sum);
+      for (int64_t i = 0; i < m; ++i) {
+        values[r * m + i] = i < filled ? best[i] - log_norm : kNegInf;
+        indices[r * m + i] = i < filled ? at[i] : 0;
+      }
+    }
+  });
+}
+
+std::vector<at::Tensor> row_top(const at::Tensor& logits, int64_t m, const std::vector<int64_t>& banned) {
+  TORCH_CHECK(logits.dim() == 2 && logits.stride(1) == 1, "logits must be (N, V) with contiguous rows");
+  TORCH_CHECK(1 <= m && m <= logits.size(1), "m must be between 1 and V");
+  TORCH_CHECK(logits.device().is_cpu(), "CPU tensors only");
+  for (int64_t t : banned) TORCH_CHECK(0 <= t && t < logits.size(1), "banned column out of range");
+  at::Tensor values = at::empty({logits.size(0), m}, logits.options().dtype(at::kFloat));
+  at::Tensor indices = at::empty({logits.size(0), m}, logits.options().dtype(at::kLong));
+  DISPATCH_STORAGE_TYPES(logits.scalar_type(), "row_top", [&] {
+    row_top_impl<scalar_t>(logits, m, banned, values.data_ptr<float>(), indices.data_ptr<int64_t>());
+  });
+  return {values, indices};
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
+  module.def("attention", &attention, "softmax(q k^T / sqrt(Dh) + bias) v, and the weights if asked");
+  module.def("row_top", &row_top, "the m best log-probabilities of each row and their columns");
+  module.attr("vector_size") = static_cast<int64_t>(Vec::size());  // floats per vector register
+}

@@ -1,0 +1,106 @@
+"""C++ kernels for a decoder step on the CPU (model/cpu_kernels.cpp), with PyTorch fallbacks.
+
+Two parts of a step run far below memory speed with PyTorch's CPU ops at decoding shapes
+(1 thread, bf16, 128 decoder rows, 8 heads of 32):
+- attention with one query per row (self-attention over a 30-position cache: SDPA ~450 us,
+  a per-(row, head) overhead) or a few (encoder-decoder attention, beams as queries: ~400 us);
+- choosing candidates: log_softmax over (128, 8000) logits plus a top-k per row, ~1.8 ms.
+The kernels do each in one pass in float32 arithmetic (numbers: BENCHMARKS.md).
+
+They are compiled on first use with torch's C++ extension loader (needs g++ and ninja; the
+result is cached under TORCH_EXTENSIONS_DIR, ~/.cache/torch_extensions by default) for the
+vector instructions torch itself uses on this CPU. Where they cannot be built, or with
+NMT_CPU_KERNELS=0, `available()` is False and callers use PyTorch ops; tests compare both.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+log = logging.getLogger(__name__)
+
+_SOURCE = Path(__file__).with_suffix(".cpp")
+# what torch.backends.cpu.get_cpu_capability() says -> the flags torch builds that level with
+_CAPABILITY_FLAGS = {
+    "AVX512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma"],
+    "AVX2": ["-mavx2", "-mfma", "-mf16c"],
+}
+_lock = threading.Lock()
+_module = None
+_tried = False
+
+
+def _build():
+    from torch.utils.cpp_extension import load
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    flags = ["-O3", "-fopenmp-simd"]
+    if capability in _CAPABILITY_FLAGS:  # else ATen's portable (scalar) vector code
+        flags += [f"-DCPU_CAPABILITY={capability}", f"-DCPU_CAPABILITY_{capability}", *_CAPABILITY_FLAGS[capability]]
+    return load(name=f"nmt_cpu_kernels_{capability.lower()}", sources=[str(_SOURCE)], extra_cflags=flags)
+
+
+def kernels():
+    """The compiled module, built (or loaded from the cache) on the first call; None where
+    it cannot be, or when NMT_CPU_KERNELS=0."""
+    global _module, _tried
+    if os.environ.get("NMT_CPU_KERNELS", "1") == "0":
+        return None
+    with _lock:
+        if not _tried:
+            _tried = True
+            try:
+                _module = _build()
+            except Exception as error:  # no compiler, no ninja, read-only cache: run on PyTorch ops
+                log.warning("CPU kernels unavailable, using PyTorch ops: %s", str(error).splitlines()[0])
+    return _module
+
+
+def available() -> bool:
+    return kernels() is not None
+
+
+_STORAGE = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def handles_attention(q: Tensor, k: Tensor, mask: Tensor | None) -> bool:
+    """Whether `attention` takes this call: inference on the CPU, kernels built, few queries per
+    head (a decoder step's), head size 1, 2, 4 or 8 vector registers, contiguous within a head,
+    and no mask or a float bias over keys only (B, 1, 1, Tk)."""
+    if q.device.type != "cpu" or torch.is_grad_enabled() or q.dtype not in _STORAGE or q.size(-2) > 16:
+        return False
+    if mask is not None and not (mask.is_floating_point() and mask.size(1) == 1 and mask.size(2) == 1):
+        return False
+    if q.stride(-1) != 1 or k.stride(-1) != 1 or not available():
+        return False
+    per_vector = kernels().vector_size
+    return q.size(-1) % per_vector == 0 and q.size(-1) // per_vector in (1, 2, 4, 8)
+
+
+def handles_logits(logits: Tensor) -> bool:
+    """Whether `row_top` takes these (N, V) logits: CPU, rows contiguous, kernels built."""
+    return (logits.device.type == "cpu" and logits.dtype in _STORAGE and logits.stride(-1) == 1
+            and not torch.is_grad_enabled() and available())
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, need_weights: bool):
+    """softmax(q k^T / sqrt(Dh) + bias) v. q: (B, H, Tq, Dh); k, v: (B, H, Tk, Dh), any strides
+    with Dh contiguous; bias: (B, 1, 1, Tk) additive or None. Returns (B, H, Tq, Dh) in q's dtype
+    and, if asked, the weights (B, H, Tq, Tk) in float32."""
+    B, Tk = q.size(0), k.size(2)
+    flat_bias = None if bias is None else bias.reshape(bias.size(0), Tk).expand(B, Tk)
+    out, weights = kernels().attention(q, k, v, flat_bias, need_weights)
+    return out, (weights if need_weights else None)
+
+
+def row_top(logits: Tensor, m: int, banned: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+    """(N, V) logits -> the m best log_softmax values of each row (float32, best first) and
+    their columns; `banned` columns are never chosen but count in the normalisation."""
+    values, indices = kernels().row_top(logits, m, list(banned))
+    return values, indices

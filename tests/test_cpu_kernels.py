@@ -1,0 +1,184 @@
+"""The C++ kernels (model/cpu_kernels.cpp) against their PyTorch twins."""
+
+import logging
+
+import pytest
+import torch
+
+from model import cpu_kernels
+from model.search import beam_search, top_candidates
+from model.transformer import ModelConfig, Transformer
+
+DTYPES = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}  # output tolerance per storage type
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    """The kernels must build wherever the tests run (g++ and ninja are installed with the project);
+    a silent fallback to PyTorch ops would hide a broken build."""
+    module = cpu_kernels.kernels()
+    assert module is not None, "model/cpu_kernels.cpp did not build; see the warning logged above"
+    return module
+
+
+@pytest.fixture
+def without_kernels(monkeypatch):
+    monkeypatch.setattr(cpu_kernels, "kernels", lambda: None)
+
+
+def reference_attention(q, k, v, bias):
+    scores = (q.float() @ k.float().transpose(-2, -1)) * q.size(-1) ** -0.5
+    if bias is not None:
+        scores = scores + bias.float()
+    weights = scores.softmax(-1)
+    return weights @ v.float(), weights
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("Dh", [16, 32, 64, 128])
+@pytest.mark.parametrize("Tq, Tk", [(1, 1), (1, 7), (4, 16), (2, 33)])
+def test_attention_equals_softmax_attention(kernels, dtype, Dh, Tq, Tk):
+    g = torch.Generator().manual_seed(Dh + Tk)
+    B, H = 3, 4
+    # keys and values as a decoder cache holds them: (B, capacity, 2, H, Dh), read as strided views
+    cache = torch.randn(B, Tk + 5, 2, H, Dh, generator=g).to(dtype)
+    k, v = cache[:, :Tk].transpose(1, 3).unbind(2)  # (B, H, Tk, Dh) each
+    q = torch.randn(B, Tq, H, Dh, generator=g).to(dtype).transpose(1, 2)  # (B, H, Tq, Dh), strided
+    bias = torch.zeros(B, 1, 1, Tk, dtype=dtype)
+    cut = (Tk + 1) // 2
+    bias[1, ..., cut:] = float("-inf")  # source padding (none when Tk = 1)
+    for b in (None, bias):
+        out, weights = cpu_kernels.attention(q, k, v, b, need_weights=True)
+        expected, expected_weights = reference_attention(q, k, v, b)
+        assert out.dtype == dtype and out.shape == (B, H, Tq, Dh)
+        assert weights.dtype == torch.float32 and weights.shape == (B, H, Tq, Tk)
+        torch.testing.assert_close(weights, expected_weights, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(out.float(), expected, atol=DTYPES[dtype], rtol=DTYPES[dtype])
+        if b is not None and cut < Tk:
+            assert weights[1, ..., cut:].abs().max() == 0
+        alone, none = cpu_kernels.attention(q, k, v, b, need_weights=False)
+        assert none is None and torch.equal(alone, out)
+
+
+def test_attention_rejects_what_it_cannot_do(kernels):
+    q = torch.randn(2, 4, 1, 16)
+    with pytest.raises(RuntimeError, match="head size"):
+        kernels.attention(torch.randn(2, 4, 1, 24), torch.randn(2, 4, 3, 24), torch.randn(2, 4, 3, 24), None, False)
+    with pytest.raises(RuntimeError, match="contiguous"):
+        k = torch.randn(2, 4, 16, 3).transpose(2, 3)
+        kernels.attention(q, k, k, None, False)
+    with pytest.raises(RuntimeError, match="float32, bfloat16 or float16"):
+        kernels.attention(q.double(), q.double(), q.double(), None, False)
+    assert not cpu_kernels.handles_attention(torch.randn(2, 4, 1, 24), torch.randn(2, 4, 3, 24), None)
+    assert not cpu_kernels.handles_attention(q, q, torch.ones(2, 1, 1, 1, dtype=torch.bool))  # a bool mask
+    with torch.inference_mode():
+        assert cpu_kernels.handles_attention(q, q, torch.zeros(2, 1, 1, 1))
+    assert not cpu_kernels.handles_attention(q, q, None)  # gradients wanted: PyTorch ops
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("V, m", [(5, 5), (40, 3), (8000, 8), (1003, 32)])
+def test_row_top_equals_log_softmax_topk(kernels, dtype, V, m):
+    g = torch.Generator().manual_seed(V + m)
+    logits = (torch.randn(6, V, generator=g) * 4).to(dtype)
+    logits[2, : V // 2] = float("-inf")  # a row with impossible tokens
+    banned = (0, V - 1)
+    values, columns = cpu_kernels.row_top(logits, m, banned)
+    logp = logits.float().log_softmax(-1)
+    logp[:, list(banned)] = float("-inf")
+    expected_values, _ = logp.topk(m, dim=-1)
+    torch.testing.assert_close(values, expected_values, atol=2e-6, rtol=1e-6)
+    # each chosen column has the value reported, and none is banned
+    torch.testing.assert_close(logp.gather(1, columns), values, atol=2e-6, rtol=1e-6)
+    finite = values.isfinite()
+    assert not any(int(c) in banned for c in columns[finite])
+    assert (columns[finite].view(-1, 1) != torch.tensor(banned)).all()
+
+
+def test_row_top_ties_keep_the_lower_column(kernels):
+    logits = torch.zeros(1, 64)
+    logits[0, [9, 40, 3]] = 1.0
+    values, columns = cpu_kernels.row_top(logits, 4, ())
+    assert columns.tolist() == [[3, 9, 40, 0]]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_top_candidates_are_the_same_with_and_without_kernels(kernels, monkeypatch, dtype):
+    g = torch.Generator().manual_seed(0)
+    logits = (torch.randn(12, 300, generator=g) * 3).to(dtype)
+    run_scores = torch.randn(3, 4, generator=g)
+    with torch.inference_mode():
+        fast = top_candidates(logits, run_scores, 8, (0, 2))
+        monkeypatch.setattr(cpu_kernels, "kernels", lambda: None)
+        slow = top_candidates(logits, run_scores, 8, (0, 2))
+    torch.testing.assert_close(fast[0], slow[0], atol=2e-6, rtol=1e-6)
+    assert torch.equal(fast[1], slow[1]) and torch.equal(fast[2], slow[2])
+
+
+def kernel_model(dtype=torch.float32, **overrides):
+    """A tiny model whose heads (32 / 2 = 16) the kernels take."""
+    options = dict(src_vocab_size=40, tgt_vocab_size=40, d_model=32, n_heads=2, d_ff=64, encoder_layers=2,
+                   decoder_layers=2, dropout=0.0, decoder_start_id=1, pad_id=0, eos_id=2, bos_id=1)
+    options.update(overrides)
+    torch.manual_seed(0)
+    return Transformer(ModelConfig(**options)).eval().to(dtype)
+
+
+def test_cached_decoding_with_kernels_matches_full_recomputation(kernels, monkeypatch):
+    calls = []
+    real = cpu_kernels.attention
+    monkeypatch.setattr(cpu_kernels, "attention", lambda *a: calls.append(a[0].shape) or real(*a))
+    m = kernel_model()
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(4, 40, (3, 9), generator=g)
+    src[1, 6:] = 0
+    tgt = torch.randint(4, 40, (3, 7), generator=g)
+    tgt[:, 0] = 1
+    with torch.inference_mode():
+        memory, mask = m.encode(src)
+        full_logits, full_attn = m.decode(tgt, memory, mask, need_weights=True)
+        assert not calls  # whole sequences (bool masks, many queries) stay on PyTorch ops
+        cache = m.start_cache(memory, mask, group=1, capacity=tgt.size(1))
+        for t in range(tgt.size(1)):
+            logits, attn = m.decode_step(tgt[:, t], cache, need_weights=True)
+            torch.testing.assert_close(logits, full_logits[:, t], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(attn, full_attn[:, :, :, t], atol=1e-6, rtol=1e-5)
+    assert len(calls) == 2 * 2 * tgt.size(1)  # self and encoder-decoder attention, 2 layers, each step
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_beam_search_is_the_same_with_and_without_kernels(kernels, monkeypatch, dtype):
+    m = kernel_model(dtype, tgt_vocab_size=40)
+    g = torch.Generator().manual_seed(2)
+    src = torch.randint(4, 40, (4, 10), generator=g)
+    src[1, 4:] = 0
+    src[3, 7:] = 0
+    fast = beam_search(m, src, beam_size=3, n_best=3, max_new_tokens=12, return_attention=True)
+    monkeypatch.setattr(cpu_kernels, "kernels", lambda: None)
+    slow = beam_search(m, src, beam_size=3, n_best=3, max_new_tokens=12, return_attention=True)
+    for a, b in zip(fast, slow):
+        assert [h.token_ids for h in a] == [h.token_ids for h in b]
+        for x, y in zip(a, b):
+            assert x.score == pytest.approx(y.score, abs=1e-4 if dtype == torch.float32 else 2e-2)
+            torch.testing.assert_close(x.attention, y.attention, atol=1e-5 if dtype == torch.float32 else 2e-2,
+                                       rtol=1e-4)
+
+
+def test_a_failed_build_falls_back_to_pytorch(monkeypatch, caplog):
+    def no_compiler():
+        raise RuntimeError("Error building extension: c++ not found\nmore detail")
+
+    monkeypatch.setattr(cpu_kernels, "_build", no_compiler)
+    monkeypatch.setattr(cpu_kernels, "_module", None)
+    monkeypatch.setattr(cpu_kernels, "_tried", False)
+    with caplog.at_level(logging.WARNING, logger="model.cpu_kernels"):
+        assert cpu_kernels.kernels() is None
+    assert "c++ not found" in caplog.text and "more detail" not in caplog.text
+    assert not cpu_kernels.available()
+    with torch.inference_mode():
+        assert not cpu_kernels.handles_logits(torch.zeros(2, 40))
+
+
+def test_environment_switch_turns_the_kernels_off(monkeypatch):
+    monkeypatch.setenv("NMT_CPU_KERNELS", "0")
+    assert cpu_kernels.kernels() is None

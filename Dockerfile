@@ -108,6 +108,13 @@ LABEL org.opencontainers.image.title="nmt-service" \
       org.opencontainers.image.licenses="Apache-2.0" \
       nmt.torch-variant="${TORCH_VARIANT}"
 
+# g++: torch's extension loader compiles the CPU kernels (model/cpu_kernels.cpp) for the CPU the
+# container runs on; they are built below for the build host's CPU and rebuilt at start only
+# where the CPU's vector instructions differ (without g++ decoding falls back to PyTorch ops).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends g++ \
+ && rm -rf /var/lib/apt/lists/*
+
 # a fixed numeric uid, so runAsNonRoot-style checks can verify it and mounts can be chown'ed to it
 RUN groupadd --gid 10001 nmt \
  && useradd --uid 10001 --gid nmt --home-dir /home/nmt --create-home --shell /usr/sbin/nologin --no-log-init nmt
@@ -128,6 +135,8 @@ ENV PATH=/opt/venv/bin:$PATH \
 
 USER 10001:10001
 WORKDIR /home/nmt
+# into the user's ~/.cache/torch_extensions, where the service finds (and may rebuild) them
+RUN python -c "import sys; from model import cpu_kernels; sys.exit('CPU kernels did not build' if cpu_kernels.kernels() is None else 0)"
 EXPOSE 8000
 
 # /ready answers 200 once the workers have loaded the models.

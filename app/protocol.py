@@ -136,6 +136,9 @@ class ModelInfo(BaseModel):
     parameters: int = Field(description="Unique parameters (tied matrices counted once).", examples=[60_000_000])
     device: str = Field(description="Where its workers run it.", examples=["cpu"])
     dtype: str = Field(description="Weights dtype its workers run (NMT_DTYPE=auto resolved).", examples=["bfloat16"])
+    cpu_kernels: bool = Field(description="Whether its CPU workers run the compiled C++ kernels for attention and "
+                                          "candidate selection (false: PyTorch ops only, slower; always false on GPU).",
+                              examples=[True])
     max_source_tokens: int = Field(description="Longest accepted text in source tokens (EOS included).",
                                    examples=[1024])
 

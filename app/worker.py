@@ -73,7 +73,7 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
     except Exception as e:
         _send(conn, ("failed", f"loading models failed: {type(e).__name__}: {e}"))
         return
-    _send(conn, ("ready", os.getpid()))
+    _send(conn, ("ready", os.getpid(), any(t.cpu_kernels for t in translators.values())))
     while True:
         try:
             message = _recv(conn)
@@ -110,6 +110,7 @@ class Worker:
     device: str
     state: str = "stopped"  # starting | idle | busy | restarting | failed | stopped
     reason: str = ""
+    cpu_kernels: bool = False  # whether its translators run the C++ CPU kernels (model/cpu_kernels.py)
     restarts: int = 0
     process: Any = None
     conn: Any = None
@@ -167,7 +168,7 @@ class WorkerPool:
             except Exception as e:  # e.g. spawn refused: never leave the worker "starting" silently
                 reply = ("failed", f"could not start: {type(e).__name__}: {e}")
             if reply[0] == "ready":
-                w.state, w.reason = "idle", ""
+                w.state, w.reason, w.cpu_kernels = "idle", "", reply[2]
                 self._idle.put_nowait(w)
                 return
             self._kill(w)
@@ -177,7 +178,7 @@ class WorkerPool:
             delay = min(delay * 2, 30.0)
 
     async def _spawn(self, w: Worker):
-        """Start w's process; returns its first message: ("ready", pid) or ("failed", why)."""
+        """Start w's process; returns its first message: ("ready", pid, cpu_kernels) or ("failed", why)."""
         parent, child = self._context.Pipe()
         w.conn = parent
         w.process = self._context.Process(

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from model import cpu_kernels
 from model.checkpoint import load_checkpoint
 from model.cpu_weights import can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
 from model.search import beam_search
@@ -74,6 +75,8 @@ class Translator:
             if prepack and can_prepack_bf16(self.model):
                 prepack_linear_bf16(self.model)
         self.config = self.model.config
+        # built or loaded now rather than in the first request; False: PyTorch ops only
+        self.cpu_kernels = self.device.type == "cpu" and cpu_kernels.available()
         self.max_length_a, self.max_length_b = max_length_a, max_length_b
         self.max_length_cap = min(max_length_cap, self.config.max_positions)
 

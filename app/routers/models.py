@@ -23,6 +23,7 @@ async def list_models(service: ServiceDep):
     return ModelsResponse(models=[
         ModelInfo(id=m.id, source=m.source, target=m.target, config=ModelConfigSummary(**m.config_summary()),
                   parameters=m.parameters, device=service.device_kind, dtype=service.dtype,
+                  cpu_kernels=any(w.cpu_kernels for w in service.pool.workers if w.alive),
                   max_source_tokens=m.max_source_tokens)
         for m in service.registry.models.values()])
 

@@ -50,15 +50,18 @@ def kernels():
     """The compiled module, built (or loaded from the cache) on the first call; None where
     it cannot be, or when NMT_CPU_KERNELS=0."""
     global _module, _tried
-    if os.environ.get("NMT_CPU_KERNELS", "1") == "0":
-        return None
+    if _tried:  # called several times a decoder step: no lock, no environment lookup
+        return _module
     with _lock:
         if not _tried:
+            if os.environ.get("NMT_CPU_KERNELS", "1") == "0":
+                log.info("CPU kernels off (NMT_CPU_KERNELS=0), using PyTorch ops")
+            else:
+                try:
+                    _module = _build()
+                except Exception as error:  # no compiler, no ninja, read-only cache: run on PyTorch ops
+                    log.warning("CPU kernels unavailable, using PyTorch ops: %s", str(error).splitlines()[0])
             _tried = True
-            try:
-                _module = _build()
-            except Exception as error:  # no compiler, no ninja, read-only cache: run on PyTorch ops
-                log.warning("CPU kernels unavailable, using PyTorch ops: %s", str(error).splitlines()[0])
     return _module
 
 

@@ -181,4 +181,6 @@ def test_a_failed_build_falls_back_to_pytorch(monkeypatch, caplog):
 
 def test_environment_switch_turns_the_kernels_off(monkeypatch):
     monkeypatch.setenv("NMT_CPU_KERNELS", "0")
+    monkeypatch.setattr(cpu_kernels, "_module", None)
+    monkeypatch.setattr(cpu_kernels, "_tried", False)
     assert cpu_kernels.kernels() is None

@@ -42,6 +42,35 @@ inline float sum_lanes(const Vec& v) {
   return at::vec::vec_reduce_all<float>([](const Vec& a, const Vec& b) { return a + b; }, v);
 }
 
+// out[i] = sum of the lanes of v[i], for i < kBlock. With AVX-512 a transpose-and-add tree (45
+// instructions for 16 sums instead of 8 per sum): scores come 16 keys at a time.
+#if defined(CPU_CAPABILITY_AVX512)
+constexpr int64_t kBlock = 16;
+inline void sum_lanes_block(const Vec* v, float* out) {
+  __m512 a[8], b[4], c[2];
+  for (int i = 0; i < 8; ++i) {  // per 128-bit lane: [v2i, v2i+1, v2i, v2i+1] partial sums
+    const __m512 x = v[2 * i], y = v[2 * i + 1];
+    a[i] = _mm512_add_ps(_mm512_unpacklo_ps(x, y), _mm512_unpackhi_ps(x, y));
+  }
+  for (int i = 0; i < 4; ++i) {  // per 128-bit lane: [v4i, v4i+1, v4i+2, v4i+3]
+    const __m512 x = a[2 * i], y = a[2 * i + 1];
+    b[i] = _mm512_add_ps(_mm512_shuffle_ps(x, y, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  for (int i = 0; i < 2; ++i) {  // 128-bit lanes of b2i, b2i+1 added in pairs
+    const __m512 x = b[2 * i], y = b[2 * i + 1];
+    c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  const __m512 d = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  _mm512_storeu_ps(out, d);
+}
+#else
+constexpr int64_t kBlock = 1;
+inline void sum_lanes_block(const Vec* v, float* out) {
+  out[0] = sum_lanes(v[0]);
+}
+#endif
+
 inline float max_lanes(const Vec& v) {
   return at::vec::vec_reduce_all<float>([](const Vec& a, const Vec& b) { return at::vec::maximum(a, b); }, v);
 }
@@ -88,18 +117,28 @@ float exp_shifted_sum(const float* x, int64_t n, float shift, float* out) {
 template <int C, typename scalar_t>
 void attend_head(const Vec* q, const scalar_t* k, int64_t k_step, const scalar_t* v, int64_t v_step,
                  const float* bias, int64_t Tk, float* s, float* out) {
-  for (int64_t j = 0; j < Tk; ++j) {  // scores: q . k_j / sqrt(Dh) + bias_j
+  auto dot = [&](int64_t j) {  // the lanes of q . k_j
     const scalar_t* kj = k + j * k_step;
-    Vec dot = q[0] * load_float(kj);
-    for (int c = 1; c < C; ++c) dot = at::vec::fmadd(q[c], load_float(kj + c * Vec::size()), dot);
-    s[j] = sum_lanes(dot) + (bias ? bias[j] : 0.f);
+    Vec d = q[0] * load_float(kj);
+    for (int c = 1; c < C; ++c) d = at::vec::fmadd(q[c], load_float(kj + c * Vec::size()), d);
+    return d;
+  };
+  int64_t j = 0;
+  Vec dots[kBlock];
+  for (; j + kBlock <= Tk; j += kBlock) {  // scores: q . k_j / sqrt(Dh)
+    for (int64_t u = 0; u < kBlock; ++u) dots[u] = dot(j + u);
+    sum_lanes_block(dots, s + j);
+  }
+  for (; j < Tk; ++j) s[j] = sum_lanes(dot(j));
+  if (bias) {
+    for (j = 0; j < Tk; ++j) s[j] += bias[j];
   }
   const int64_t padded = padded_size(Tk);
   std::fill(s + Tk, s + padded, kNegInf);
   const float inv = 1.f / exp_shifted_sum(s, padded, max_of(s, padded), s);
   Vec acc[C];
   for (int c = 0; c < C; ++c) acc[c] = Vec(0.f);
-  for (int64_t j = 0; j < Tk; ++j) {  // out: sum_j w_j v_j
+  for (j = 0; j < Tk; ++j) {  // out: sum_j w_j v_j
     s[j] *= inv;
     const Vec w(s[j]);
     const scalar_t* vj = v + j * v_step;

@@ -76,14 +76,14 @@ def handles_attention(q: Tensor, k: Tensor, mask: Tensor | None) -> bool:
     """Whether `attention` takes this call: inference on the CPU, kernels built, few queries per
     head (a decoder step's), head size 1, 2, 4 or 8 vector registers, contiguous within a head,
     and no mask or a float bias over keys only (B, 1, 1, Tk)."""
-    if q.device.type != "cpu" or torch.is_grad_enabled() or q.dtype not in _STORAGE or q.size(-2) > 16:
+    module = kernels()
+    if module is None or q.device.type != "cpu" or torch.is_grad_enabled() or q.size(-2) > 16:
         return False
     if mask is not None and not (mask.is_floating_point() and mask.size(1) == 1 and mask.size(2) == 1):
         return False
-    if q.stride(-1) != 1 or k.stride(-1) != 1 or not available():
-        return False
-    per_vector = kernels().vector_size
-    return q.size(-1) % per_vector == 0 and q.size(-1) // per_vector in (1, 2, 4, 8)
+    Dh = q.size(-1)
+    return (q.dtype in _STORAGE and q.stride(-1) == 1 and k.stride(-1) == 1 and Dh % module.vector_size == 0
+            and Dh // module.vector_size in (1, 2, 4, 8))
 
 
 def handles_logits(logits: Tensor) -> bool:

@@ -223,7 +223,9 @@ std::vector<at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, cons
 
 // logits (N, V), rows contiguous. Writes the m best log_softmax values of each row (float32,
 // best first) and their columns; the banned columns are skipped but count in the softmax.
-// Two passes over a row: the running top m (and the max), then the sum of exp(x - max).
+// Two passes over a row: the running top m, then the sum of exp(x - max), where the max is the
+// best entry or a banned one. Neither pass carries a dependency from one vector to the next
+// but through 4 accumulators (a chain of max or add ops would set the pace).
 template <typename scalar_t>
 void row_top_impl(const at::Tensor& logits, int64_t m, const std::vector<int64_t>& banned, float* values,
                   int64_t* indices) {
@@ -248,33 +250,26 @@ void row_top_impl(const at::Tensor& logits, int64_t m, const std::vector<int64_t
         filled = std::min(filled + 1, m);
         if (filled == m) threshold = best[m - 1];
       };
-      float mx = kNegInf;
       int64_t j = 0;
-      for (; j < V && (filled < m || j % Vec::size()); ++j) {  // fill first, up to a vector boundary
-        const float x = static_cast<float>(row[j]);
-        mx = std::max(mx, x);
-        offer(j, x);
-      }
-      Vec vmax(mx);
+      for (; j < V && (filled < m || j % Vec::size()); ++j) offer(j, static_cast<float>(row[j]));  // fill first
       for (; j + Vec::size() <= V; j += Vec::size()) {
         const Vec x = load_float(row + j);
-        vmax = at::vec::maximum(vmax, x);
         if ((x > Vec(threshold)).zero_mask() != none_above) {  // some lane beats the m-th best
           x.store(lanes);
           for (int64_t u = 0; u < Vec::size(); ++u) offer(j + u, lanes[u]);
         }
       }
-      mx = max_lanes(vmax);
-      for (; j < V; ++j) {
-        const float x = static_cast<float>(row[j]);
-        mx = std::max(mx, x);
-        offer(j, x);
-      }
+      for (; j < V; ++j) offer(j, static_cast<float>(row[j]));
+      float mx = filled ? best[0] : kNegInf;
+      for (int64_t t : banned) mx = std::max(mx, static_cast<float>(row[t]));
       // log sum_j exp(x_j), banned columns included
       const Vec shift(mx);
-      Vec vsum(0.f);
-      for (j = 0; j + Vec::size() <= V; j += Vec::size()) vsum = vsum + (load_float(row + j) - shift).exp_u20();
-      float sum = sum_lanes(vsum);
+      Vec sums[4] = {Vec(0.f), Vec(0.f), Vec(0.f), Vec(0.f)};
+      for (j = 0; j + 4 * Vec::size() <= V; j += 4 * Vec::size()) {
+        for (int u = 0; u < 4; ++u) sums[u] = sums[u] + (load_float(row + j + u * Vec::size()) - shift).exp_u20();
+      }
+      for (; j + Vec::size() <= V; j += Vec::size()) sums[0] = sums[0] + (load_float(row + j) - shift).exp_u20();
+      float sum = sum_lanes((sums[0] + sums[1]) + (sums[2] + sums[3]));
       for (; j < V; ++j) sum += std::exp(static_cast<float>(row[j]) - mx);
       const float log_norm = mx + std::log(sum);
       for (int64_t i = 0; i < m; ++i) {

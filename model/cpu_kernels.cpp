@@ -110,15 +110,15 @@ float exp_shifted_sum(const float* x, int64_t n, float shift, float* out) {
   return sum;
 }
 
-// One head's attention for one query: q (C vectors, already scaled) against keys k[j] and values
-// v[j] (pointers to Dh = C * Vec::size() values, j apart by k_step / v_step); bias (Tk,) or null.
+// One head's attention for one query: q (C vectors, already scaled) against keys k + k_off[j] and
+// values v + v_off[j] (each Dh = C * Vec::size() values); bias (Tk,) or null.
 // s: scratch for Tk floats rounded up to whole vectors (the padding is -inf, so that max and exp
 // run on whole vectors), left holding the weights. Writes out[0 .. Dh).
 template <int C, typename scalar_t>
-void attend_head(const Vec* q, const scalar_t* k, int64_t k_step, const scalar_t* v, int64_t v_step,
+void attend_head(const Vec* q, const scalar_t* k, const int64_t* k_off, const scalar_t* v, const int64_t* v_off,
                  const float* bias, int64_t Tk, float* s, float* out) {
   auto dot = [&](int64_t j) {  // the lanes of q . k_j
-    const scalar_t* kj = k + j * k_step;
+    const scalar_t* kj = k + k_off[j];
     Vec d = q[0] * load_float(kj);
     for (int c = 1; c < C; ++c) d = at::vec::fmadd(q[c], load_float(kj + c * Vec::size()), d);
     return d;
@@ -141,19 +141,20 @@ void attend_head(const Vec* q, const scalar_t* k, int64_t k_step, const scalar_t
   for (j = 0; j < Tk; ++j) {  // out: sum_j w_j v_j
     s[j] *= inv;
     const Vec w(s[j]);
-    const scalar_t* vj = v + j * v_step;
+    const scalar_t* vj = v + v_off[j];
     for (int c = 0; c < C; ++c) acc[c] = at::vec::fmadd(w, load_float(vj + c * Vec::size()), acc[c]);
   }
   for (int c = 0; c < C; ++c) acc[c].store(out + c * Vec::size());
 }
 
-// q (B, H, Tq, Dh), k and v (B, H, Tk, Dh): any strides, but Dh contiguous and C = Dh / Vec::size()
-// a whole number. bias: undefined or float (B, Tk), added to every head's and query's scores (0
-// or -inf for source padding). Writes out (B, H, Tq, Dh) and, if not null, weights (B, H, Tq, Tk).
-// Head by head: reading all heads of a position together was slower (128 rows x 30 positions).
+// q (B, H, Tq, Dh), k and v (B or slots, H, Tk, Dh): any strides, but Dh contiguous and C = Dh /
+// Vec::size() a whole number. rows: null, or (B, Tk): key j of entry b is k[rows[b, j], :, j]
+// (a decoder cache read through its slot table). bias: undefined or float (B, Tk), added to every
+// head's and query's scores (0 or -inf for source padding). Writes out (B, H, Tq, Dh) and, if not
+// null, weights (B, H, Tq, Tk).
 template <int C, typename scalar_t>
-void attention_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& bias,
-                    at::Tensor& out, float* weights) {
+void attention_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const int64_t* rows,
+                    const at::Tensor& bias, at::Tensor& out, float* weights) {
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Dh = q.size(3), Tk = k.size(2);
   const Vec scale(1.f / std::sqrt(static_cast<float>(Dh)));
   const scalar_t* qp = q.data_ptr<scalar_t>();
@@ -162,20 +163,29 @@ void attention_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   scalar_t* op = out.data_ptr<scalar_t>();
   const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
   const auto qs = q.strides(), ks = k.strides(), vs = v.strides();
-  at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> s(padded_size(Tk));
+    std::vector<int64_t> k_off(Tk), v_off(Tk);  // where key / value j of this entry starts
     float o[C * Vec::size()];
     Vec qv[C];
-    for (int64_t bh = begin; bh < end; ++bh) {
-      const int64_t b = bh / H, h = bh % H;
-      for (int64_t i = 0; i < Tq; ++i) {
-        const scalar_t* qi = qp + b * qs[0] + h * qs[1] + i * qs[2];
-        for (int c = 0; c < C; ++c) qv[c] = load_float(qi + c * Vec::size()) * scale;
-        attend_head<C>(qv, kp + b * ks[0] + h * ks[1], ks[2], vp + b * vs[0] + h * vs[1], vs[2],
-                       bp ? bp + b * Tk : nullptr, Tk, s.data(), o);
-        scalar_t* oi = op + ((b * H + h) * Tq + i) * Dh;
-        for (int64_t d = 0; d < Dh; ++d) oi[d] = static_cast<scalar_t>(o[d]);
-        if (weights) std::copy(s.begin(), s.begin() + Tk, weights + ((b * H + h) * Tq + i) * Tk);
+    for (int64_t b = begin; b < end; ++b) {
+      for (int64_t j = 0; j < Tk; ++j) {
+        const int64_t row = rows ? rows[b * Tk + j] : b;
+        TORCH_CHECK(0 <= row && row < k.size(0), "rows must index the ", k.size(0), " slots of k and v, got ", row);
+        k_off[j] = row * ks[0] + j * ks[2];
+        v_off[j] = row * vs[0] + j * vs[2];
+      }
+      // head by head: reading all heads of a position together was slower (128 rows x 30 positions)
+      for (int64_t h = 0; h < H; ++h) {
+        for (int64_t i = 0; i < Tq; ++i) {
+          const scalar_t* qi = qp + b * qs[0] + h * qs[1] + i * qs[2];
+          for (int c = 0; c < C; ++c) qv[c] = load_float(qi + c * Vec::size()) * scale;
+          attend_head<C>(qv, kp + h * ks[1], k_off.data(), vp + h * vs[1], v_off.data(), bp ? bp + b * Tk : nullptr,
+                         Tk, s.data(), o);
+          scalar_t* oi = op + ((b * H + h) * Tq + i) * Dh;
+          for (int64_t d = 0; d < Dh; ++d) oi[d] = static_cast<scalar_t>(o[d]);
+          if (weights) std::copy(s.begin(), s.begin() + Tk, weights + ((b * H + h) * Tq + i) * Tk);
+        }
       }
     }
   });
@@ -190,10 +200,19 @@ void attention_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   }
 
 std::vector<at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                  const c10::optional<at::Tensor>& bias, bool need_weights) {
+                                  const c10::optional<at::Tensor>& bias, bool need_weights,
+                                  const c10::optional<at::Tensor>& rows) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "q, k, v must be (B, H, T, Dh)");
-  TORCH_CHECK(k.sizes() == v.sizes() && q.size(0) == k.size(0) && q.size(1) == k.size(1) && q.size(3) == k.size(3),
+  TORCH_CHECK(k.sizes() == v.sizes() && q.size(1) == k.size(1) && q.size(3) == k.size(3),
               "q (B, H, Tq, Dh) and k, v (B, H, Tk, Dh) do not match");
+  at::Tensor r;
+  if (rows.has_value()) {
+    r = rows->contiguous();
+    TORCH_CHECK(r.scalar_type() == at::kLong && r.dim() == 2 && r.size(0) == q.size(0) && r.size(1) == k.size(2),
+                "rows must be int64 (B, Tk)");
+  } else {
+    TORCH_CHECK(q.size(0) == k.size(0), "q and k, v have different batch sizes (and no rows)");
+  }
   TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1, "the head dimension must be contiguous");
   const int64_t C = q.size(3) / Vec::size();
   TORCH_CHECK(q.size(3) % Vec::size() == 0 && (C == 1 || C == 2 || C == 4 || C == 8),
@@ -210,12 +229,13 @@ std::vector<at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, cons
   at::Tensor weights = need_weights ? at::empty({q.size(0), q.size(1), q.size(2), k.size(2)}, q.options().dtype(at::kFloat))
                                     : at::Tensor();
   float* w = need_weights ? weights.data_ptr<float>() : nullptr;
+  const int64_t* rp = r.defined() ? r.data_ptr<int64_t>() : nullptr;
   DISPATCH_STORAGE_TYPES(q.scalar_type(), "attention", [&] {
     switch (C) {
-      case 1: attention_impl<1, scalar_t>(q, k, v, b, out, w); break;
-      case 2: attention_impl<2, scalar_t>(q, k, v, b, out, w); break;
-      case 4: attention_impl<4, scalar_t>(q, k, v, b, out, w); break;
-      default: attention_impl<8, scalar_t>(q, k, v, b, out, w);
+      case 1: attention_impl<1, scalar_t>(q, k, v, rp, b, out, w); break;
+      case 2: attention_impl<2, scalar_t>(q, k, v, rp, b, out, w); break;
+      case 4: attention_impl<4, scalar_t>(q, k, v, rp, b, out, w); break;
+      default: attention_impl<8, scalar_t>(q, k, v, rp, b, out, w);
     }
   });
   return {out, weights};
@@ -296,7 +316,8 @@ std::vector<at::Tensor> row_top(const at::Tensor& logits, int64_t m, const std::
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
-  module.def("attention", &attention, "softmax(q k^T / sqrt(Dh) + bias) v, and the weights if asked");
+  module.def("attention", &attention, "softmax(q k^T / sqrt(Dh) + bias) v, and the weights if asked", py::arg("q"),
+             py::arg("k"), py::arg("v"), py::arg("bias"), py::arg("need_weights"), py::arg("rows") = py::none());
   module.def("row_top", &row_top, "the m best log-probabilities of each row and their columns");
   module.attr("vector_size") = static_cast<int64_t>(Vec::size());  // floats per vector register
 }

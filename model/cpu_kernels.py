@@ -92,13 +92,14 @@ def handles_logits(logits: Tensor) -> bool:
             and not torch.is_grad_enabled() and available())
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, need_weights: bool):
+def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, need_weights: bool, rows: Tensor | None = None):
     """softmax(q k^T / sqrt(Dh) + bias) v. q: (B, H, Tq, Dh); k, v: (B, H, Tk, Dh), any strides
-    with Dh contiguous; bias: (B, 1, 1, Tk) additive or None. Returns (B, H, Tq, Dh) in q's dtype
-    and, if asked, the weights (B, H, Tq, Tk) in float32."""
+    with Dh contiguous; bias: (B, 1, 1, Tk) additive or None. With rows (B, Tk), k and v hold
+    slots instead, (slots, H, Tk, Dh), and key j of entry b is k[rows[b, j], :, j]. Returns
+    (B, H, Tq, Dh) in q's dtype and, if asked, the weights (B, H, Tq, Tk) in float32."""
     B, Tk = q.size(0), k.size(2)
     flat_bias = None if bias is None else bias.reshape(bias.size(0), Tk).expand(B, Tk)
-    out, weights = kernels().attention(q, k, v, flat_bias, need_weights)
+    out, weights = kernels().attention(q, k, v, flat_bias, need_weights, rows)
     return out, (weights if need_weights else None)
 
 

@@ -89,17 +89,23 @@ def sinusoidal_positions(n_positions: int, d_model: int) -> Tensor:
     return pe.float()
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool, dropout: float):
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool, dropout: float,
+              rows: Tensor | None = None):
     """Scaled dot-product attention (section 3.2.1): softmax(Q K^T / sqrt(Dh)) V.
 
     q: (B, H, Tq, Dh); k, v: (B, H, Tk, Dh); mask: broadcastable to (B, H, Tq, Tk), bool (True
-    where attending is allowed) or an additive float bias (0 or -inf). Returns (B, H, Tq, Dh)
-    and, if asked, the weights (B, H, Tq, Tk), in float32 whatever the model's dtype (they are
-    read, not just used). Without weights the fused kernel runs. A decoder step on the CPU (a few
-    queries, no mask but a bias over keys) runs our kernel (model/cpu_kernels.py), weights or not.
+    where attending is allowed) or an additive float bias (0 or -inf). With rows (B, Tk), k and
+    v hold cache slots instead, (slots, H, Tk, Dh): key j of entry b is k[rows[b, j], :, j].
+    Returns (B, H, Tq, Dh) and, if asked, the weights (B, H, Tq, Tk), in float32 whatever the
+    model's dtype (they are read, not just used). Without weights the fused kernel runs. A
+    decoder step on the CPU (a few queries, no mask but a bias over keys) runs our kernel
+    (model/cpu_kernels.py), weights or not.
     """
     if dropout == 0.0 and cpu_kernels.handles_attention(q, k, mask):
-        return cpu_kernels.attention(q, k, v, mask, need_weights)
+        return cpu_kernels.attention(q, k, v, mask, need_weights, rows)
+    if rows is not None:  # gather each entry's keys and values: 2 x (B, H, Tk, Dh)
+        positions = torch.arange(k.size(2), device=k.device)
+        k, v = k[rows, :, positions].transpose(1, 2), v[rows, :, positions].transpose(1, 2)
     if not need_weights:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
     scores = (q @ k.transpose(-2, -1)) * (q.size(-1) ** -0.5)
@@ -139,9 +145,10 @@ class MultiHeadAttention(nn.Module):
         k, v = self.kv_proj(memory).chunk(2, dim=-1)  # 2 x (B, S, D)
         return self.split_heads(k), self.split_heads(v)
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool = False):
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool = False,
+               rows: Tensor | None = None):
         p = self.dropout if self.training else 0.0
-        out, weights = attention(q, k, v, mask, need_weights, p)
+        out, weights = attention(q, k, v, mask, need_weights, p, rows)
         return self.out_proj(self.merge_heads(out)), weights
 
 
@@ -216,16 +223,20 @@ class DecoderCache:
     Rows are source-major: rows [i * group, (i + 1) * group) all read source i (the beams of
     one sentence). Encoder-decoder keys/values are computed once per source and kept once per
     source; the `group` rows of a source attend to them as `group` queries of one batch entry,
-    so beams never copy them. Self-attention keys/values of all layers live in one buffer
-    preallocated for `capacity` positions and filled one position per step, position-major
-    within a row: a row's filled part is one contiguous block, so a reorder is one gather of
-    whole blocks (into a second buffer, which then takes the first one's place). Attention
-    reads the keys of a layer as a strided (N, H, T, Dh) view.
+    so beams never copy them.
+
+    Self-attention keys/values of all layers live in one buffer of `slots` (the rows at the
+    start) x `capacity` positions, written once: each step a row stores its position t in its
+    own slot, `slot[row]`. Which slot holds each earlier position of a row's history is
+    `table[row, position]`, so a reorder (beam back-pointers) gathers rows of that small
+    integer table instead of moving keys and values; attention reads through it.
     """
 
     def __init__(self, self_kv: Tensor, cross_kv: list[tuple[Tensor, Tensor]], src_mask: Tensor, group: int):
-        self.self_kv = self_kv  # (N, capacity, L, 2, H, Dh): layer l's keys [:, :, l, 0], values [:, :, l, 1]
-        self.spare: Tensor | None = None  # same shape, allocated by the first reorder
+        self.self_kv = self_kv  # (slots, capacity, L, 2, H, Dh): layer l's keys [:, :, l, 0], values [:, :, l, 1]
+        N, capacity = self_kv.shape[:2]
+        self.slot = torch.arange(N, device=self_kv.device)  # (N,) where each row writes its next position
+        self.table = torch.empty(N, capacity, dtype=torch.long, device=self_kv.device)  # (N, capacity) slot per position
         self.cross_kv = cross_kv  # per layer: 2 x (N / group, H, S, Dh)
         # the source padding mask (N / group, 1, 1, S) as an additive bias (0 or -inf): the fused
         # kernel would otherwise convert a bool mask at every step and layer
@@ -239,8 +250,12 @@ class DecoderCache:
         return self.self_kv.size(1)
 
     def layer(self, i: int) -> Tensor:
-        """Decoder layer i's self-attention keys [:, :, 0] and values [:, :, 1]: (N, capacity, 2, H, Dh)."""
+        """Decoder layer i's self-attention keys [:, :, 0] and values [:, :, 1]: (slots, capacity, 2, H, Dh)."""
         return self.self_kv[:, :, i]
+
+    def history(self) -> Tensor:
+        """(N, length) the slot holding each filled position of each row."""
+        return self.table[:, : self.length]
 
     def reorder(self, rows: Tensor, sources: Tensor | None = None) -> None:
         """Row r becomes old row rows[r] (beam back-pointers; a row stays within its source).
@@ -248,16 +263,11 @@ class DecoderCache:
         With `sources` (indices of the sources to keep), all other sources are dropped and the
         batch shrinks; `rows` then lists only rows of kept sources, source-major.
         """
-        t, n = self.length, rows.numel()
-        if self.spare is None:
-            self.spare = torch.empty_like(self.self_kv)
-        # gather the filled positions straight into the spare buffer (its first n rows when the
-        # batch shrinks), then swap: no copy back. A search state: no gradient flows through
-        # a reorder (and out= refuses to record one).
-        with torch.no_grad():
-            torch.index_select(self.self_kv[:, :t], 0, rows, out=self.spare[:n, :t])
-        self.self_kv, self.spare = self.spare[:n], self.self_kv[:n]
+        self.table = self.table.index_select(0, rows)  # positions after `length` are not read
         if sources is not None:
+            # every slot's unfilled positions are free, so the kept rows write into their
+            # sources' own slots, whichever beam they now continue
+            self.slot = self.slot.view(-1, self.group).index_select(0, sources).view(-1)
             self.cross_kv = [(k.index_select(0, sources), v.index_select(0, sources)) for k, v in self.cross_kv]
             self.src_bias = self.src_bias.index_select(0, sources)
 
@@ -351,15 +361,17 @@ class Transformer(nn.Module):
         if t >= cache.capacity:
             raise ValueError(f"decoder cache is full ({cache.capacity} positions)")
         x = self.embed(self.tgt_embed, tokens[:, None], start=t)  # (N, 1, D)
+        cache.table[:, t] = cache.slot
+        history = cache.table[:, : t + 1]  # (N, t + 1) the slot of each position
         all_weights = []
         for i, (layer, (mem_k, mem_v)) in enumerate(zip(self.decoder_layers, cache.cross_kv)):
             def self_attention(h, attn=layer.self_attn, kv=cache.layer(i)):
                 N, H, Dh = h.size(0), attn.n_heads, attn.d_head
                 qkv = attn.qkv_proj(h).view(N, 3, H, Dh)  # this position's query, key, value
-                kv[:, t] = qkv[:, 1:]  # one copy stores key and value: (N, 2, H, Dh)
+                kv[cache.slot, t] = qkv[:, 1:]  # one copy stores key and value: (N, 2, H, Dh)
                 q = qkv[:, 0, :, None]  # (N, H, 1, Dh)
-                k, v = kv[:, : t + 1].transpose(1, 3).unbind(2)  # 2 x (N, H, t + 1, Dh)
-                return attn.attend(q, k, v, None)
+                k, v = kv[:, : t + 1].transpose(1, 3).unbind(2)  # 2 x (slots, H, t + 1, Dh)
+                return attn.attend(q, k, v, None, rows=history)
 
             def cross_attention(h, attn=layer.cross_attn, mem_k=mem_k, mem_v=mem_v):
                 N, H, Dh = h.size(0), attn.n_heads, attn.d_head

@@ -7,7 +7,7 @@ import torch
 
 from model import cpu_kernels
 from model.search import beam_search, top_candidates
-from model.transformer import ModelConfig, Transformer
+from model.transformer import ModelConfig, Transformer, attention
 
 DTYPES = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}  # output tolerance per storage type
 
@@ -58,6 +58,30 @@ def test_attention_equals_softmax_attention(kernels, dtype, Dh, Tq, Tk):
             assert weights[1, ..., cut:].abs().max() == 0
         alone, none = cpu_kernels.attention(q, k, v, b, need_weights=False)
         assert none is None and torch.equal(alone, out)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_through_a_slot_table_equals_attention_on_gathered_keys(kernels, monkeypatch, dtype):
+    """rows[b, j]: the cache slot holding key j of entry b (beams that share a history)."""
+    g = torch.Generator().manual_seed(5)
+    slots, B, H, Dh, Tk = 6, 4, 2, 32, 9
+    cache = torch.randn(slots, Tk + 3, 2, H, Dh, generator=g).to(dtype)
+    k, v = cache[:, :Tk].transpose(1, 3).unbind(2)  # (slots, H, Tk, Dh)
+    rows = torch.randint(0, slots, (B, Tk), generator=g)
+    q = torch.randn(B, H, 1, Dh, generator=g).to(dtype)
+    out, weights = cpu_kernels.attention(q, k, v, None, True, rows=rows)
+    positions = torch.arange(Tk)
+    gathered_k, gathered_v = k[rows, :, positions].transpose(1, 2), v[rows, :, positions].transpose(1, 2)
+    expected, expected_weights = reference_attention(q, gathered_k, gathered_v, None)
+    torch.testing.assert_close(weights, expected_weights, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(out.float(), expected, atol=DTYPES[dtype], rtol=DTYPES[dtype])
+    with pytest.raises(RuntimeError, match="slots"):
+        cpu_kernels.attention(q, k, v, None, False, rows=rows + slots)
+    monkeypatch.setattr(cpu_kernels, "kernels", lambda: None)  # the PyTorch twin gathers the keys
+    with torch.inference_mode():
+        twin, twin_weights = attention(q, k, v, None, True, 0.0, rows=rows)
+    torch.testing.assert_close(twin_weights, weights, atol=DTYPES[dtype], rtol=DTYPES[dtype])  # bf16 scores there
+    torch.testing.assert_close(twin.float(), out.float(), atol=DTYPES[dtype], rtol=DTYPES[dtype])
 
 
 def test_attention_rejects_what_it_cannot_do(kernels):

@@ -111,9 +111,14 @@ LABEL org.opencontainers.image.title="nmt-service" \
 # g++: torch's extension loader compiles the CPU kernels (model/cpu_kernels.cpp) for the CPU the
 # container runs on; they are built below for the build host's CPU and rebuilt at start only
 # where the CPU's vector instructions differ (without g++ decoding falls back to PyTorch ops).
-RUN apt-get update \
- && apt-get install -y --no-install-recommends g++ \
- && rm -rf /var/lib/apt/lists/*
+# The Python headers come with python:3.11-slim; python3-dev only where an image lacks them.
+RUN set -eu; \
+    packages=g++; \
+    include=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['include'])"); \
+    [ -e "$include/Python.h" ] || packages="$packages python3-dev"; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends $packages; \
+    rm -rf /var/lib/apt/lists/*
 
 # a fixed numeric uid, so runAsNonRoot-style checks can verify it and mounts can be chown'ed to it
 RUN groupadd --gid 10001 nmt \

@@ -215,8 +215,8 @@ std::vector<at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, cons
   }
   TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1, "the head dimension must be contiguous");
   const int64_t C = q.size(3) / Vec::size();
-  TORCH_CHECK(q.size(3) % Vec::size() == 0 && (C == 1 || C == 2 || C == 4 || C == 8),
-              "the head size must be 1, 2, 4 or 8 times ", Vec::size());
+  TORCH_CHECK(q.size(3) % Vec::size() == 0 && (C == 1 || C == 2 || C == 4 || C == 8 || C == 16),
+              "the head size must be 1, 2, 4, 8 or 16 times ", Vec::size());
   TORCH_CHECK(k.size(2) >= 1, "no keys");
   TORCH_CHECK(q.scalar_type() == k.scalar_type() && q.scalar_type() == v.scalar_type(), "q, k, v dtypes differ");
   TORCH_CHECK(q.device().is_cpu(), "CPU tensors only");
@@ -235,7 +235,8 @@ std::vector<at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, cons
       case 1: attention_impl<1, scalar_t>(q, k, v, rp, b, out, w); break;
       case 2: attention_impl<2, scalar_t>(q, k, v, rp, b, out, w); break;
       case 4: attention_impl<4, scalar_t>(q, k, v, rp, b, out, w); break;
-      default: attention_impl<8, scalar_t>(q, k, v, rp, b, out, w);
+      case 8: attention_impl<8, scalar_t>(q, k, v, rp, b, out, w); break;
+      default: attention_impl<16, scalar_t>(q, k, v, rp, b, out, w);
     }
   });
   return {out, weights};

@@ -36,10 +36,12 @@ _module = None
 _tried = False
 
 
-def _build():
+def _build(capability: str | None = None):
+    """Compile (or load from the cache) the kernels for this CPU's vector instructions, or for
+    `capability` ("AVX512", "AVX2", "DEFAULT": the portable code, as tests use it)."""
     from torch.utils.cpp_extension import load
 
-    capability = torch.backends.cpu.get_cpu_capability()
+    capability = capability or torch.backends.cpu.get_cpu_capability()
     flags = ["-O3", "-fopenmp-simd"]
     if capability in _CAPABILITY_FLAGS:  # else ATen's portable (scalar) vector code
         flags += [f"-DCPU_CAPABILITY={capability}", f"-DCPU_CAPABILITY_{capability}", *_CAPABILITY_FLAGS[capability]]
@@ -74,7 +76,7 @@ _STORAGE = (torch.float32, torch.bfloat16, torch.float16)
 
 def handles_attention(q: Tensor, k: Tensor, mask: Tensor | None) -> bool:
     """Whether `attention` takes this call: inference on the CPU, kernels built, few queries per
-    head (a decoder step's), head size 1, 2, 4 or 8 vector registers, contiguous within a head,
+    head (a decoder step's), head size 1, 2, 4, 8 or 16 vector registers, contiguous within a head,
     and no mask or a float bias over keys only (B, 1, 1, Tk)."""
     module = kernels()
     if module is None or q.device.type != "cpu" or torch.is_grad_enabled() or q.size(-2) > 16:
@@ -83,7 +85,7 @@ def handles_attention(q: Tensor, k: Tensor, mask: Tensor | None) -> bool:
         return False
     Dh = q.size(-1)
     return (q.dtype in _STORAGE and q.stride(-1) == 1 and k.stride(-1) == 1 and Dh % module.vector_size == 0
-            and Dh // module.vector_size in (1, 2, 4, 8))
+            and Dh // module.vector_size in (1, 2, 4, 8, 16))
 
 
 def handles_logits(logits: Tensor) -> bool:

@@ -208,3 +208,27 @@ def test_environment_switch_turns_the_kernels_off(monkeypatch):
     monkeypatch.setattr(cpu_kernels, "_module", None)
     monkeypatch.setattr(cpu_kernels, "_tried", False)
     assert cpu_kernels.kernels() is None
+
+
+@pytest.mark.parametrize("capability", ["AVX2", "DEFAULT"])
+def test_the_other_vector_widths_compute_the_same(kernels, capability):
+    """The AVX2 and portable builds (8-float vectors, no AVX-512 reduction tree), on this CPU."""
+    if capability == "AVX2" and torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        pytest.skip("this CPU has no AVX2")  # never on this project's x86 machines
+    other = cpu_kernels._build(capability)
+    assert other.vector_size == 8
+    g = torch.Generator().manual_seed(7)
+    for Dh, Tk in [(8, 5), (32, 33), (128, 17)]:
+        q = torch.randn(3, 2, 4, Dh, generator=g)
+        k, v = torch.randn(2, 3, 2, Tk, Dh, generator=g).unbind(0)
+        bias = torch.zeros(3, 1, 1, Tk)
+        bias[2, ..., Tk // 2:] = float("-inf")
+        out, weights = other.attention(q, k, v, bias.view(3, Tk), True)
+        expected, expected_weights = reference_attention(q, k, v, bias)
+        torch.testing.assert_close(weights, expected_weights, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    logits = torch.randn(5, 1003, generator=g) * 4
+    values, columns = other.row_top(logits, 8, [0])
+    expected_values, expected_columns = cpu_kernels.row_top(logits, 8, (0,))
+    torch.testing.assert_close(values, expected_values, atol=2e-6, rtol=1e-6)
+    assert torch.equal(columns, expected_columns)

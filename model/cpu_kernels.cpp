@@ -4,8 +4,9 @@
 //   attention  softmax(q k^T / sqrt(Dh) + bias) v for a few queries per (batch, head): the
 //              decoder's self-attention over its cache (1 query) and its encoder-decoder
 //              attention (the beams of a sentence as queries of one source).
-//   row_top    the m best log-probabilities of each row of logits, and their tokens: one pass
-//              to float, then max, sum of exp, and a running top m over the row in cache.
+//   row_top    the m best log-probabilities of each row of logits, and their tokens: a running
+//              top m over the row, then the sum of exp for the normalisation (log_softmax is
+//              never written out).
 //
 // Arithmetic is float32 whatever the storage type (float, bfloat16, half); exp is ATen's
 // vectorised one. Shapes: B batch, H heads, Tq queries, Tk keys, Dh head size, N rows, V vocab.

@@ -5,7 +5,8 @@ Two parts of a step run far below memory speed with PyTorch's CPU ops at decodin
 - attention with one query per row (self-attention over a 30-position cache: SDPA ~450 us,
   a per-(row, head) overhead) or a few (encoder-decoder attention, beams as queries: ~400 us);
 - choosing candidates: log_softmax over (128, 8000) logits plus a top-k per row, ~1.8 ms.
-The kernels do each in one pass in float32 arithmetic (numbers: BENCHMARKS.md).
+The kernels do each in one or two passes over data in cache, in float32 arithmetic, with ATen's
+vector types (numbers: `bench/kernels.py`, BENCHMARKS.md).
 
 They are compiled on first use with torch's C++ extension loader (needs g++ and ninja; the
 result is cached under TORCH_EXTENSIONS_DIR, ~/.cache/torch_extensions by default) for the
@@ -42,7 +43,7 @@ def _build(capability: str | None = None):
     from torch.utils.cpp_extension import load
 
     capability = capability or torch.backends.cpu.get_cpu_capability()
-    flags = ["-O3", "-fopenmp-simd"]
+    flags = ["-O3"]
     if capability in _CAPABILITY_FLAGS:  # else ATen's portable (scalar) vector code
         flags += [f"-DCPU_CAPABILITY={capability}", f"-DCPU_CAPABILITY_{capability}", *_CAPABILITY_FLAGS[capability]]
     return load(name=f"nmt_cpu_kernels_{capability.lower()}", sources=[str(_SOURCE)], extra_cflags=flags)

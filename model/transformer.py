@@ -253,10 +253,6 @@ class DecoderCache:
         """Decoder layer i's self-attention keys [:, :, 0] and values [:, :, 1]: (slots, capacity, 2, H, Dh)."""
         return self.self_kv[:, :, i]
 
-    def history(self) -> Tensor:
-        """(N, length) the slot holding each filled position of each row."""
-        return self.table[:, : self.length]
-
     def reorder(self, rows: Tensor, sources: Tensor | None = None) -> None:
         """Row r becomes old row rows[r] (beam back-pointers; a row stays within its source).
 

@@ -319,7 +319,9 @@ std::vector<at::Tensor> row_top(const at::Tensor& logits, int64_t m, const std::
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("attention", &attention, "softmax(q k^T / sqrt(Dh) + bias) v, and the weights if asked", py::arg("q"),
-             py::arg("k"), py::arg("v"), py::arg("bias"), py::arg("need_weights"), py::arg("rows") = py::none());
-  module.def("row_top", &row_top, "the m best log-probabilities of each row and their columns");
+             py::arg("k"), py::arg("v"), py::arg("bias"), py::arg("need_weights"), py::arg("rows") = py::none(),
+             py::call_guard<py::gil_scoped_release>());  // tensors only: other Python threads run meanwhile
+  module.def("row_top", &row_top, "the m best log-probabilities of each row and their columns",
+             py::call_guard<py::gil_scoped_release>());
   module.attr("vector_size") = static_cast<int64_t>(Vec::size());  // floats per vector register
 }

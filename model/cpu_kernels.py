@@ -10,12 +10,15 @@ vector types (numbers: `bench/kernels.py`, BENCHMARKS.md).
 
 They are compiled on first use with torch's C++ extension loader (needs g++ and ninja; the
 result is cached under TORCH_EXTENSIONS_DIR, ~/.cache/torch_extensions by default) for the
-vector instructions torch itself uses on this CPU. Where they cannot be built, or with
+vector instructions torch itself uses on this CPU. A read-only cache (a read-only container
+whose image built them) is used as it is when its build matches this source. Where they cannot be built, or with
 NMT_CPU_KERNELS=0, `available()` is False and callers use PyTorch ops; tests compare both.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import logging
 import os
 import threading
@@ -40,13 +43,34 @@ _tried = False
 def _build(capability: str | None = None):
     """Compile (or load from the cache) the kernels for this CPU's vector instructions, or for
     `capability` ("AVX512", "AVX2", "DEFAULT": the portable code, as tests use it)."""
-    from torch.utils.cpp_extension import load
+    from torch.utils.cpp_extension import _get_build_directory, load
 
     capability = capability or torch.backends.cpu.get_cpu_capability()
     flags = ["-O3"]
     if capability in _CAPABILITY_FLAGS:  # else ATen's portable (scalar) vector code
         flags += [f"-DCPU_CAPABILITY={capability}", f"-DCPU_CAPABILITY_{capability}", *_CAPABILITY_FLAGS[capability]]
-    return load(name=f"nmt_cpu_kernels_{capability.lower()}", sources=[str(_SOURCE)], extra_cflags=flags)
+    name = f"nmt_cpu_kernels_{capability.lower()}"
+    directory = Path(_get_build_directory(name, verbose=False))  # where load() builds it
+    # what the library was built from: torch's loader checks this itself, but only with a
+    # writable cache; a stamp lets a read-only one (a read-only container) use a fresh build
+    stamp = hashlib.sha256(_SOURCE.read_bytes() + repr((flags, torch.__version__)).encode()).hexdigest()
+    try:
+        module = load(name=name, sources=[str(_SOURCE)], extra_cflags=flags)
+    except OSError:  # the cache is read-only: torch's loader takes a lock file and rewrites build.ninja
+        if (directory / f"{name}.stamp").is_file() and (directory / f"{name}.stamp").read_text() == stamp:
+            return _import(name, directory / f"{name}.so")
+        raise
+    if module.__file__ == str(directory / f"{name}.so"):
+        (directory / f"{name}.stamp").write_text(stamp)
+    return module
+
+
+def _import(name: str, library: Path):
+    """Import a compiled extension module from its file."""
+    spec = importlib.util.spec_from_file_location(name, library)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def kernels():
@@ -60,12 +84,34 @@ def kernels():
             if os.environ.get("NMT_CPU_KERNELS", "1") == "0":
                 log.info("CPU kernels off (NMT_CPU_KERNELS=0), using PyTorch ops")
             else:
-                try:
-                    _module = _build()
-                except Exception as error:  # no compiler, no ninja, read-only cache: run on PyTorch ops
-                    log.warning("CPU kernels unavailable, using PyTorch ops: %s", str(error).splitlines()[0])
+                widths = _runnable_widths()
+                for capability in widths:
+                    try:
+                        _module = _build(capability)
+                        break
+                    except Exception as error:  # no compiler, no ninja, read-only cache: run on PyTorch ops
+                        if isinstance(error, OSError) and capability != widths[-1]:
+                            continue  # a read-only cache without this width's build: a narrower one may be there
+                        log.warning("CPU kernels unavailable, using PyTorch ops: %s", str(error).splitlines()[0])
+                        break
             _tried = True
     return _module
+
+
+def _runnable_widths() -> list[str]:
+    """This CPU's vector width (torch's name for it), then the narrower ones it can also run."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    return [capability] + (["AVX2"] if capability == "AVX512" else [])
+
+
+def prebuild() -> list[str]:
+    """Build the kernels for this CPU and for the narrower vector widths it can also run (an
+    AVX-512 CPU: AVX2 too), so that an image built here finds a build for either kind of CPU
+    when its cache is read-only. Returns the capabilities built."""
+    built = _runnable_widths()
+    for each in built:
+        _build(each)
+    return built
 
 
 def available() -> bool:

@@ -1,6 +1,7 @@
 """The C++ kernels (model/cpu_kernels.cpp) against their PyTorch twins."""
 
 import logging
+from pathlib import Path
 
 import pytest
 import torch
@@ -189,7 +190,7 @@ def test_beam_search_is_the_same_with_and_without_kernels(kernels, monkeypatch, 
 
 
 def test_a_failed_build_falls_back_to_pytorch(monkeypatch, caplog):
-    def no_compiler():
+    def no_compiler(capability=None):
         raise RuntimeError("Error building extension: c++ not found\nmore detail")
 
     monkeypatch.setattr(cpu_kernels, "_build", no_compiler)
@@ -208,6 +209,59 @@ def test_environment_switch_turns_the_kernels_off(monkeypatch):
     monkeypatch.setattr(cpu_kernels, "_module", None)
     monkeypatch.setattr(cpu_kernels, "_tried", False)
     assert cpu_kernels.kernels() is None
+
+
+def test_a_read_only_cache_is_used_when_its_build_matches_the_source(kernels, monkeypatch, tmp_path):
+    """A read-only container: torch's loader fails on its lock file, the build the image made is
+    imported as it is, and a build of other source is not."""
+    import shutil
+    import torch.utils.cpp_extension as extension
+
+    name = f"nmt_cpu_kernels_{torch.backends.cpu.get_cpu_capability().lower()}"
+    shutil.copytree(Path(kernels.__file__).parent, tmp_path / name, ignore=shutil.ignore_patterns("*.o", "lock"))
+
+    def read_only(*args, **kwargs):
+        raise OSError(30, "Read-only file system", str(tmp_path / name / "lock"))
+
+    monkeypatch.setattr(extension, "_get_build_directory", lambda name, verbose: str(tmp_path / name))
+    monkeypatch.setattr(extension, "load", read_only)
+    imported = []
+    monkeypatch.setattr(cpu_kernels, "_import", lambda *args: imported.append(args) or kernels)
+    assert cpu_kernels._build() is kernels
+    assert imported == [(name, tmp_path / name / f"{name}.so")]
+
+    (tmp_path / name / f"{name}.stamp").write_text("built from other source")
+    with pytest.raises(OSError, match="Read-only"):
+        cpu_kernels._build()
+
+
+def test_a_read_only_cache_without_this_width_uses_a_narrower_build(monkeypatch):
+    """An AVX-512 host running an image built on an AVX2 one, read-only: the AVX2 build."""
+    narrower = object()
+
+    def build(capability):
+        if capability == "AVX512":
+            raise OSError(30, "Read-only file system")
+        return narrower
+
+    monkeypatch.setattr(cpu_kernels, "_runnable_widths", lambda: ["AVX512", "AVX2"])
+    monkeypatch.setattr(cpu_kernels, "_build", build)
+    monkeypatch.setattr(cpu_kernels, "_module", None)
+    monkeypatch.setattr(cpu_kernels, "_tried", False)
+    assert cpu_kernels.kernels() is narrower
+
+
+def test_prebuild_leaves_a_stamped_build_for_each_width_this_cpu_runs(kernels):
+    """What the image does at build time, so that a read-only container finds its kernels."""
+    import torch.utils.cpp_extension as extension
+
+    built = cpu_kernels.prebuild()
+    capability = torch.backends.cpu.get_cpu_capability()
+    assert built == [capability] + (["AVX2"] if capability == "AVX512" else [])
+    for each in built:
+        name = f"nmt_cpu_kernels_{each.lower()}"
+        directory = Path(extension._get_build_directory(name, verbose=False))
+        assert (directory / f"{name}.so").is_file() and len((directory / f"{name}.stamp").read_text()) == 64
 
 
 @pytest.mark.parametrize("capability", ["AVX2", "DEFAULT"])

@@ -204,11 +204,24 @@ class Row:
         return f"{self.threads}" + ("" if self.layout == "intra" else f" {self.layout}")
 
 
+def our_translator(ckpt: Path, compute: str, **options) -> Translator:
+    """Our Translator on the CPU in `compute`; "int8-per-batch", for comparison only: PyTorch's
+    dynamic quantization as it is, one activation scale per batch (what ours ran before
+    model/cpu_weights.py's Int8Linear)."""
+    if compute != "int8-per-batch":
+        return Translator(ckpt, device="cpu", dtype=compute, **options)
+    translator = Translator(ckpt, device="cpu", dtype="float32", **options)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao's deprecation notice
+        torch.ao.quantization.quantize_dynamic(translator.model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+    return translator
+
+
 class Ours:
     name = "ours"
 
     def __init__(self, ckpt: Path, compute: str, parallel: int = 1):
-        self.t = Translator(ckpt, device="cpu", dtype=compute, max_length_b=10_000)
+        self.t = our_translator(ckpt, compute, max_length_b=10_000)
         self.parallel = parallel
         self.torch_threads = 1 if parallel > 1 else None  # inter layout: one torch thread per batch
 
@@ -408,7 +421,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
     ap.add_argument("--beams", default="1,4")
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--ours-compute", default="float32,int8,bfloat16", help="float32, int8 (dynamic), bfloat16")
+    ap.add_argument("--ours-compute", default="float32,int8,bfloat16",
+                    help="float32, int8, bfloat16; int8-per-batch: PyTorch's dynamic quantization unchanged")
     ap.add_argument("--ct2-compute", default="float32,int8")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-inter", action="store_true",

@@ -7,6 +7,9 @@
 //   row_top    the m best log-probabilities of each row of logits, and their tokens: a running
 //              top m over the row, then the sum of exp for the normalisation (log_softmax is
 //              never written out).
+//   unit_rows / unscale_rows   either side of an int8 product (model/cpu_weights.py, Int8Linear):
+//              each row mapped onto [0, 1] by its own minimum and span, and the product mapped
+//              back (p * span + minimum * sum(W) + bias), one pass each.
 //
 // Arithmetic is float32 whatever the storage type (float, bfloat16, half); exp is ATen's
 // vectorised one. Shapes: B batch, H heads, Tq queries, Tk keys, Dh head size, N rows, V vocab.
@@ -315,6 +318,71 @@ std::vector<at::Tensor> row_top(const at::Tensor& logits, int64_t m, const std::
   return {values, indices};
 }
 
+// x (M, K) float32 -> unit (M, K) = (x - lo) / span, lo (M, 1) the row minimum, span (M, 1) the
+// row's max - min (at least 1e-30). Division, not a reciprocal: a row's maximum maps to exactly 1
+// and its minimum to exactly 0, so every batch spans [0, 1] whatever its rows.
+std::vector<at::Tensor> unit_rows(const at::Tensor& x) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous() && x.device().is_cpu(),
+              "x must be a contiguous (M, K) float32 CPU tensor");
+  const int64_t M = x.size(0), K = x.size(1);
+  at::Tensor unit = at::empty_like(x), lo = at::empty({M, 1}, x.options()), span = at::empty({M, 1}, x.options());
+  const float* in = x.data_ptr<float>();
+  float *out = unit.data_ptr<float>(), *lo_p = lo.data_ptr<float>(), *span_p = span.data_ptr<float>();
+  at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* row = in + r * K;
+      float low = row[0], high = row[0];
+      int64_t j = 0;
+      if (K >= Vec::size()) {
+        Vec vlow = Vec::loadu(row), vhigh = vlow;
+        for (j = Vec::size(); j + Vec::size() <= K; j += Vec::size()) {
+          const Vec v = Vec::loadu(row + j);
+          vlow = at::vec::minimum(vlow, v);
+          vhigh = at::vec::maximum(vhigh, v);
+        }
+        low = at::vec::vec_reduce_all([](Vec a, Vec b) { return at::vec::minimum(a, b); }, vlow);
+        high = at::vec::vec_reduce_all([](Vec a, Vec b) { return at::vec::maximum(a, b); }, vhigh);
+      }
+      for (; j < K; ++j) {
+        low = std::min(low, row[j]);
+        high = std::max(high, row[j]);
+      }
+      const float width = std::max(high - low, 1e-30f);
+      at::vec::map([low, width](Vec v) { return (v - Vec(low)) / Vec(width); }, out + r * K, row, K);
+      lo_p[r] = low;
+      span_p[r] = width;
+    }
+  });
+  return {unit, lo, span};
+}
+
+// In place on p (M, N) float32: p * span + lo * weight_sum (+ bias); span, lo (M, 1); weight_sum,
+// bias (N).
+at::Tensor unscale_rows(at::Tensor p, const at::Tensor& lo, const at::Tensor& span, const at::Tensor& weight_sum,
+                        const c10::optional<at::Tensor>& bias) {
+  TORCH_CHECK(p.dim() == 2 && p.scalar_type() == at::kFloat && p.is_contiguous(), "p must be contiguous (M, N) float32");
+  const int64_t M = p.size(0), N = p.size(1);
+  TORCH_CHECK(lo.numel() == M && span.numel() == M && weight_sum.numel() == N, "lo, span: M values; weight_sum: N");
+  TORCH_CHECK(!bias.has_value() || bias->numel() == N, "bias: N values");
+  float* out = p.data_ptr<float>();
+  const float *lo_p = lo.data_ptr<float>(), *span_p = span.data_ptr<float>(), *w = weight_sum.data_ptr<float>();
+  const float* b = bias.has_value() ? bias->data_ptr<float>() : nullptr;
+  at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      float* row = out + r * N;
+      const Vec s(span_p[r]), l(lo_p[r]);
+      int64_t j = 0;
+      for (; j + Vec::size() <= N; j += Vec::size()) {
+        Vec y = at::vec::fmadd(Vec::loadu(row + j), s, Vec::loadu(w + j) * l);
+        if (b) y = y + Vec::loadu(b + j);
+        y.store(row + j);
+      }
+      for (; j < N; ++j) row[j] = std::fma(row[j], span_p[r], w[j] * lo_p[r]) + (b ? b[j] : 0.0f);
+    }
+  });
+  return p;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
@@ -322,6 +390,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
              py::arg("k"), py::arg("v"), py::arg("bias"), py::arg("need_weights"), py::arg("rows") = py::none(),
              py::call_guard<py::gil_scoped_release>());  // tensors only: other Python threads run meanwhile
   module.def("row_top", &row_top, "the m best log-probabilities of each row and their columns",
+             py::call_guard<py::gil_scoped_release>());
+  module.def("unit_rows", &unit_rows, "each row onto [0, 1]: (x - min) / (max - min), and min, max - min",
+             py::call_guard<py::gil_scoped_release>());
+  module.def("unscale_rows", &unscale_rows, "in place: p * span + lo * weight_sum + bias", py::arg("p"),
+             py::arg("lo"), py::arg("span"), py::arg("weight_sum"), py::arg("bias") = py::none(),
              py::call_guard<py::gil_scoped_release>());
   module.attr("vector_size") = static_cast<int64_t>(Vec::size());  // floats per vector register
 }

@@ -7,7 +7,8 @@
   A ReLU or swish after the feed-forward's first layer runs inside the matrix product (128 x
   256 @ 256 x 1024 plus ReLU: 99 -> 70 us); ReLU stays bit-identical, swish is computed before
   rounding to bf16 instead of after.
-- `quantize_linear_int8`: int8 weights, activations quantized on the fly (fbgemm).
+- `quantize_linear_int8`: int8 weights, activations quantized on the fly, row by row, so that a
+  sentence's translation does not depend on what it is batched with (fbgemm; `Int8Linear`).
 
 Both change only Linear layers: embeddings, LayerNorms and attention stay as they are, so
 attention capture is unchanged. Neither can be trained or saved; load the checkpoint again.
@@ -21,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from model import cpu_kernels
 from model.transformer import PositionwiseFeedForward
 
 # the batch size oneDNN picks the blocked layout for; measured at 1 to 512 rows, any hint from
@@ -75,8 +77,62 @@ def prepack_linear_bf16(model: nn.Module) -> nn.Module:
     return model
 
 
+class Int8Linear(nn.Module):
+    """y = x W^T + b with W in int8 (one scale per output feature) and x quantized to 8 bits row
+    by row as it comes (fbgemm's dynamic int8 product; CPU).
+
+    fbgemm quantizes its input with one scale for the whole tensor, so a row's result would
+    depend on the other rows: a sentence would translate differently with other sentences in
+    its batch. So each row is first mapped onto [0, 1] by its own minimum and span,
+        x = lo + span * u,   x W^T = span * (u W^T) + lo * (1 W^T),
+    which pins every batch's range to exactly [0, 1]: fbgemm derives the same scale for every
+    batch, each row uses the whole 8-bit range (about half the error of one scale per batch),
+    and a row's product is bit-identical whatever it is batched with. 1 W^T is the row sums of
+    the int8 weights, computed once."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        weight = linear.weight.detach().float()
+        scales = (weight.abs().amax(1) / 127).clamp_min(1e-12).double()
+        zero_points = torch.zeros(self.out_features, dtype=torch.long)
+        with warnings.catch_warnings():
+            # torch 2.13 marks quantized tensors deprecated (pytorch#184982); fbgemm's products
+            # still take them, and torch is pinned
+            warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
+            quantized = torch.quantize_per_channel(weight, scales, zero_points, 0, torch.qint8)
+            # fbgemm's packed weight: an opaque object, kept as a plain attribute
+            self.packed = torch.ops.quantized.linear_prepack(quantized, None)
+        self.weight_sum = quantized.dequantize().sum(1)                            # (N,)
+        self.bias = None if linear.bias is None else linear.bias.detach().float().clone()
+
+    def forward(self, x: Tensor) -> Tensor:  # (..., in_features) -> (..., out_features)
+        rows = x.reshape(-1, self.in_features).contiguous()                      # (M, K)
+        module = cpu_kernels.kernels()
+        if module is not None:
+            unit, lo, span = module.unit_rows(rows)                              # (M, K), (M, 1), (M, 1)
+        else:
+            lo, hi = torch.aminmax(rows, dim=1, keepdim=True)
+            span = (hi - lo).clamp_min_(1e-30)
+            unit = (rows - lo).div_(span)  # a division: each row's max maps to exactly 1, its min to 0
+        # reduce_range: 7-bit activations, as fbgemm wants on x86 (no int16 overflow)
+        product = torch.ops.quantized.linear_dynamic(unit, self.packed, True)   # (M, N) = u W^T
+        if module is not None:
+            y = module.unscale_rows(product, lo, span, self.weight_sum, self.bias)
+        else:
+            offset = lo * self.weight_sum if self.bias is None else torch.addmm(self.bias, lo, self.weight_sum[None])
+            y = offset.addcmul_(product, span)
+        return y.view(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+@torch.no_grad()
 def quantize_linear_int8(model: nn.Module) -> nn.Module:
-    """Int8 weights for every Linear layer, activations quantized on the fly (CPU kernels)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.ao's notice that this API moves to torchao
-        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+    """Replace every nn.Linear of a float32 CPU model by an Int8Linear, in place."""
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, nn.Linear):
+                setattr(module, name, Int8Linear(child))
+    return model

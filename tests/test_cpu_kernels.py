@@ -189,6 +189,32 @@ def test_beam_search_is_the_same_with_and_without_kernels(kernels, monkeypatch, 
                                        rtol=1e-4)
 
 
+def test_unit_rows_maps_each_row_exactly_onto_zero_to_one(kernels):
+    g = torch.Generator().manual_seed(3)
+    for K in [1, 7, 8, 64, 1000]:
+        x = torch.randn(6, K, generator=g) * torch.tensor([1e-20, 1e-3, 1.0, 7.0, 1e6, 1.0])[:, None]
+        x[5] = 2.5  # a constant row
+        unit, lo, span = kernels.unit_rows(x)
+        torch.testing.assert_close(lo[:, 0], x.min(1).values, rtol=0, atol=0)
+        torch.testing.assert_close(span[:, 0], (x.max(1).values - x.min(1).values).clamp_min(1e-30), rtol=0, atol=0)
+        torch.testing.assert_close(unit, (x - lo) / span, rtol=0, atol=0)
+        if K > 1:
+            assert unit[:5].max(1).values.eq(1).all() and unit[:5].min(1).values.eq(0).all()
+        assert unit[5].eq(0).all()
+
+
+def test_unscale_rows_is_p_times_span_plus_lo_times_weight_sum_plus_bias(kernels):
+    g = torch.Generator().manual_seed(4)
+    for N in [3, 8, 300]:
+        p, lo, span = torch.randn(5, N, generator=g), torch.randn(5, 1, generator=g), torch.rand(5, 1, generator=g)
+        weight_sum, bias = torch.randn(N, generator=g), torch.randn(N, generator=g)
+        expected = p * span + lo * weight_sum
+        torch.testing.assert_close(kernels.unscale_rows(p.clone(), lo, span, weight_sum), expected)
+        out = p.clone()
+        assert kernels.unscale_rows(out, lo, span, weight_sum, bias) is not None
+        torch.testing.assert_close(out, expected + bias)  # in place
+
+
 def test_a_failed_build_falls_back_to_pytorch(monkeypatch, caplog):
     def no_compiler(capability=None):
         raise RuntimeError("Error building extension: c++ not found\nmore detail")

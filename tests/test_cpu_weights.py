@@ -3,7 +3,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.cpu_weights import PrepackedLinear, can_prepack_bf16, prepack_linear_bf16
+from model.cpu_weights import Int8Linear, PrepackedLinear, can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
 from model.translator import Translator
 
 NATIVE_BF16 = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
@@ -60,3 +60,72 @@ def test_feed_forward_activation_moves_into_the_packed_product():
             assert torch.equal(ffn(x), expected)
         else:  # swish: computed before the rounding to bf16 instead of after
             torch.testing.assert_close(ffn(x), expected, atol=0.05, rtol=0.02)
+
+
+@pytest.fixture(params=["kernels", "pytorch"])
+def int8_path(request, monkeypatch):
+    """Int8Linear with the C++ row scaling (model/cpu_kernels.cpp) and with its PyTorch twin."""
+    from model import cpu_kernels
+
+    if request.param == "kernels":
+        assert cpu_kernels.kernels() is not None
+    else:
+        monkeypatch.setattr(cpu_kernels, "kernels", lambda: None)
+    return request.param
+
+
+def test_int8_rows_are_independent_of_the_batch_and_close_to_float32(int8_path):
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 300)
+    int8 = Int8Linear(linear)
+    # rows of very different magnitudes, as in a real batch; one all zero
+    x = torch.randn(9, 64) * torch.tensor([1e-3, 0.1, 1, 3, 10, 100, 0, 1, 2])[:, None]
+    with torch.inference_mode():
+        batched = int8(x)
+        for i in range(len(x)):
+            assert torch.equal(int8(x[i:i + 1]), batched[i:i + 1])
+        assert torch.equal(int8(x.view(3, 3, 64)), batched.view(3, 3, 300))
+        reference = linear(x)
+        torch.testing.assert_close(batched[6], linear.bias, rtol=0, atol=1e-6)  # a zero row: the bias
+        for row, expected in zip(batched, reference):
+            if expected.abs().max() > linear.bias.abs().max() * 2:  # rows the product dominates
+                assert (row - expected).norm() < 0.03 * expected.norm()
+
+
+def test_the_kernels_and_their_twin_agree():
+    from model import cpu_kernels
+
+    torch.manual_seed(1)
+    linear = nn.Linear(40, 70)
+    int8, x = Int8Linear(linear), torch.randn(2, 6, 40) * 3
+    with torch.inference_mode():
+        with_kernels = int8(x)
+        module, cpu_kernels._module = cpu_kernels._module, None
+        try:
+            twin = int8(x)
+        finally:
+            cpu_kernels._module = module
+    torch.testing.assert_close(with_kernels, twin, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.ao, for the comparison only
+def test_one_scale_per_batch_would_mix_rows_up():
+    """Why Int8Linear scales rows: PyTorch's dynamic quantization gives a row another result
+    when a larger row shares its batch."""
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 32)
+    plain = torch.ao.quantization.quantize_dynamic(nn.Sequential(linear), {nn.Linear}, dtype=torch.qint8)
+    x = torch.randn(2, 64) * torch.tensor([[1.0], [50.0]])
+    with torch.inference_mode():
+        assert not torch.equal(plain(x)[:1], plain(x[:1]))
+        assert torch.equal(Int8Linear(linear)(x)[:1], Int8Linear(linear)(x[:1]))
+
+
+def test_quantize_replaces_every_linear_in_place():
+    from model.transformer import PositionwiseFeedForward
+
+    ffn = PositionwiseFeedForward(32, 64, "relu", 0.0).eval()
+    assert quantize_linear_int8(ffn) is ffn
+    assert isinstance(ffn.w1, Int8Linear) and isinstance(ffn.w2, Int8Linear)
+    with torch.inference_mode():
+        assert ffn(torch.randn(2, 5, 32)).shape == (2, 5, 32)

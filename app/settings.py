@@ -32,7 +32,7 @@ class Settings(BaseSettings):
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="'auto' takes CUDA when available.")
     dtype: Literal["auto", "float32", "float16", "bfloat16", "int8"] = Field(
         "auto", description="Weights and activations dtype. auto: bfloat16 where the hardware computes it natively "
-        "(CPUs with AMX or AVX-512 BF16, CUDA GPUs from Ampere on), int8 on other CPUs, else float32; int8: "
+        "(CPUs with AMX or AVX-512 BF16, CUDA GPUs from Ampere on), int8 on other x86 CPUs, else float32; int8: "
         "int8 Linear layers with activations quantized row by row, CPU only.")
     workers: int = Field(0, ge=0, le=64, description="Model worker processes. 0: one per GPU on CUDA; on CPU, "
                          "cores // threads_per_worker.")

@@ -7,8 +7,8 @@
   A ReLU or swish after the feed-forward's first layer runs inside the matrix product (128 x
   256 @ 256 x 1024 plus ReLU: 99 -> 70 us); ReLU stays bit-identical, swish is computed before
   rounding to bf16 instead of after.
-- `quantize_linear_int8`: int8 weights, activations quantized on the fly, row by row, so that a
-  sentence's translation does not depend on what it is batched with (fbgemm; `Int8Linear`).
+- `quantize_linear_int8`: int8 weights, activations quantized on the fly row by row, so that a
+  row's product does not depend on what it is batched with (fbgemm; `Int8Linear`).
 
 Both change only Linear layers: embeddings, LayerNorms and attention stay as they are, so
 attention capture is unchanged. Neither can be trained or saved; load the checkpoint again.

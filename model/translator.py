@@ -48,14 +48,17 @@ def default_device() -> str:
 def auto_dtype(device: str | torch.device) -> str:
     """What dtype "auto" means on this device, the fastest that keeps quality: bfloat16 where the
     hardware multiplies it natively (CUDA GPUs from Ampere on; CPUs with AMX or AVX-512 BF16); on
-    other CPUs int8 Linear layers (Int8Linear: about 1.5x float32 there, activations quantized
-    row by row, not per batch); float32 on other GPUs. The shipped model's
-    dev-set BLEU moves by less than 0.2 either way (its model card); search scores stay float32."""
+    other x86 CPUs int8 Linear layers (Int8Linear on fbgemm: about 1.5x float32 there,
+    activations quantized row by row); else float32 (other GPUs; CPUs without fbgemm, where
+    int8 was never measured). The shipped model's dev-set BLEU moves by less than 0.2 either way
+    (its model card); search scores stay float32."""
     kind = torch.device(device).type
     if kind == "cuda":
         return "bfloat16" if torch.cuda.is_bf16_supported(including_emulation=False) else "float32"
-    if kind == "cpu":
-        return "bfloat16" if torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported() else "int8"
+    if kind == "cpu" and (torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()):
+        return "bfloat16"
+    if kind == "cpu" and torch.backends.quantized.engine in ("x86", "fbgemm"):
+        return "int8"
     return "float32"
 
 

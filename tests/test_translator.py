@@ -105,20 +105,26 @@ def test_int8_is_cpu_only(tiny_checkpoint):
         Translator(tiny_checkpoint, device="meta", dtype="int8")
 
 
-def test_auto_dtype_is_bfloat16_where_the_cpu_computes_it_else_int8(tiny_checkpoint, monkeypatch):
+def test_auto_dtype_is_bfloat16_where_the_cpu_computes_it_else_int8_on_fbgemm(tiny_checkpoint, monkeypatch):
     native = torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
-    assert auto_dtype("cpu") == ("bfloat16" if native else "int8")
+    fbgemm = torch.backends.quantized.engine in ("x86", "fbgemm")  # every x86 build of torch
+    assert auto_dtype("cpu") == ("bfloat16" if native else "int8" if fbgemm else "float32")
     translator = Translator(tiny_checkpoint, device="cpu", dtype="auto")
     assert translator.dtype == auto_dtype("cpu")
     if native:
         assert translator.model.tgt_embed.weight.dtype == torch.bfloat16
-    else:  # int8 Linear layers, the rest float32
+    elif fbgemm:  # int8 Linear layers, the rest float32
         assert translator.model.tgt_embed.weight.dtype == torch.float32
         assert isinstance(translator.model.output_proj, Int8Linear)
-    for amx, avx512_bf16, expected in [(False, False, "int8"), (True, False, "bfloat16"), (False, True, "bfloat16")]:
+    for amx, avx512_bf16, expected in [(False, False, "int8" if fbgemm else "float32"), (True, False, "bfloat16"),
+                                       (False, True, "bfloat16")]:
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx)
         monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512_bf16: v)
         assert auto_dtype("cpu") == expected
+    if "qnnpack" in torch.backends.quantized.supported_engines:  # an ARM CPU's engine: int8 not measured there
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)  # amx is off too, from the loop
+        monkeypatch.setattr(torch.backends.quantized, "engine", "qnnpack")
+        assert auto_dtype("cpu") == "float32"
 
 
 def test_parallel_batches_give_the_same_results_in_order(tiny_checkpoint):

@@ -36,11 +36,9 @@ def ours(model: str, dtype: str, lines: list[str], beam: int) -> tuple[list[str]
 def ctranslate2_outputs(model: str, compute: str, lines: list[str], beam: int, workdir: Path):
     import ctranslate2
 
-    from bench.engine import our_checkpoint_to_ct2
+    from bench.engine import converted_for_ct2
 
-    converted = workdir / f"ct2-{Path(model).resolve().name}"
-    if not (converted / "model.bin").is_file():
-        our_checkpoint_to_ct2(Path(model), converted)
+    converted = converted_for_ct2(Path(model), workdir)
     tokenizer = Translator(model, device="cpu")
     sources = [tokenizer.tokenizer.source_pieces(tokenizer.encode(line)) for line in lines]
     engine = ctranslate2.Translator(str(converted), device="cpu", compute_type=compute)

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.engine import make_sources, our_checkpoint_to_ct2  # noqa: E402
+from bench.engine import converted_for_ct2, make_sources, pieces  # noqa: E402
 from model.checkpoint import load_checkpoint  # noqa: E402
 
 
@@ -59,16 +59,13 @@ def main() -> None:
     p.add_argument("--workdir", default=str(ROOT / "artifacts" / "bench"))
     args = p.parse_args()
 
-    model_dir = Path(args.workdir) / f"ct2-{Path(args.model).resolve().name}"
-    if not (model_dir / "model.bin").is_file():
-        our_checkpoint_to_ct2(Path(args.model), model_dir)
-    model, tokenizer, _ = load_checkpoint(Path(args.model))
-    c = model.config
-    pieces = [tokenizer.source_pieces_by_id.get(i, f"<id{i}>") if tokenizer.source_pieces_by_id is not None
-              else tokenizer.source_sp.id_to_piece(i) for i in range(c.src_vocab_size)]
-    special = {c.pad_id, c.eos_id, c.bos_id, c.unk_id}
-    batch = [[pieces[i] for i in s] for s in make_sources(args.batch, args.src_len, c.src_vocab_size, special, c.eos_id)]
-    pad = pieces[c.pad_id]
+    model_dir = converted_for_ct2(Path(args.model), Path(args.workdir))
+    _, tokenizer, _ = load_checkpoint(Path(args.model))
+    c = tokenizer.config
+    tokens = pieces(c.src_vocab_size, tokenizer.source_pieces_by_id, tokenizer.source_sp)
+    special = {c.pad_id, c.eos_id, c.unk_id, c.bos_id, c.decoder_start_id}  # as bench/engine.py draws them
+    batch = [[tokens[i] for i in s] for s in make_sources(args.batch, args.src_len, c.src_vocab_size, special, c.eos_id)]
+    pad = tokens[c.pad_id]
 
     one = decode(ctranslate2.Translator(str(model_dir), device="cpu", compute_type="int8", intra_threads=1),
                  batch, args, pad)

@@ -123,6 +123,21 @@ def prepare(workdir: Path, shape: str, need_ct2: bool) -> dict[str, Path]:
     return paths
 
 
+def pieces(n: int, by_id: dict[int, str] | None, sp) -> list[str]:
+    """Token strings by id: the tokenizer's own table where it has one (an imported Marian
+    vocabulary), else SentencePiece's."""
+    return [by_id.get(i, f"<id{i}>") if by_id is not None else sp.id_to_piece(i) for i in range(n)]
+
+
+def converted_for_ct2(ckpt: Path, workdir: Path) -> Path:
+    """Our checkpoint as a CTranslate2 model under workdir, converted once per version of its weights."""
+    version = int((ckpt / "model.safetensors").stat().st_mtime)
+    out = workdir / f"ct2-{ckpt.resolve().name}-{version}"
+    if not (out / "model.bin").is_file():
+        our_checkpoint_to_ct2(ckpt, out)
+    return out
+
+
 def our_checkpoint_to_ct2(ckpt: Path, out: Path) -> Path:
     """Write one of our checkpoints as a CTranslate2 model (fused QKV / KV layouts map 1:1)."""
     import ctranslate2
@@ -165,9 +180,6 @@ def our_checkpoint_to_ct2(ckpt: Path, out: Path) -> Path:
             linear(layer.ffn.linear_1, f"{p}.ffn.w2")
             norm(layer.ffn.layer_norm, f"{p}.sublayers.{2 if side == 'decoder' else 1}.norm")
     linear(spec.decoder.projection, "output_proj")
-
-    def pieces(n, by_id, sp):
-        return [by_id.get(i, f"<id{i}>") if by_id is not None else sp.id_to_piece(i) for i in range(n)]
 
     src_tokens = pieces(c.src_vocab_size, tokenizer.source_pieces_by_id, tokenizer.source_sp)
     tgt_tokens = pieces(c.tgt_vocab_size, tokenizer.target_pieces_by_id, tokenizer.target_sp)
@@ -450,14 +462,11 @@ def main(argv: list[str] | None = None) -> list[Row]:
             engines.remove("hf")
         ckpt, hf_dir, ct2_dir = args.model, None, None
         if "ct2" in engines:
-            stamp = int((args.model / "model.safetensors").stat().st_mtime)
-            ct2_dir = args.workdir / f"ct2-{args.model.resolve().name}-{stamp}"
-            if not (ct2_dir / "model.bin").is_file():
-                try:
-                    our_checkpoint_to_ct2(args.model, ct2_dir)
-                except Exception as e:  # noqa: BLE001 - report and go on without it
-                    print(f"skipping ct2: conversion failed ({e})", file=sys.stderr)
-                    engines.remove("ct2")
+            try:
+                ct2_dir = converted_for_ct2(args.model, args.workdir)
+            except Exception as e:  # noqa: BLE001 - report and go on without it
+                print(f"skipping ct2: conversion failed ({e})", file=sys.stderr)
+                engines.remove("ct2")
     else:
         paths = prepare(args.workdir, args.shape, "ct2" in engines)
         ckpt, hf_dir, ct2_dir = paths["ours"], paths["hf"], paths["ct2"]
@@ -465,11 +474,9 @@ def main(argv: list[str] | None = None) -> list[Row]:
     _, tok, _ = load_checkpoint(ckpt)
     c = tok.config
     special = {c.pad_id, c.eos_id, c.unk_id, c.bos_id, c.decoder_start_id}
-    by_id = tok.source_pieces_by_id
-    id_to_token = [by_id.get(i, f"<id{i}>") if by_id else tok.source_sp.id_to_piece(i) for i in range(c.src_vocab_size)]
-    tgt_by_id = tok.target_pieces_by_id
-    tgt_token_to_id = {(tgt_by_id.get(i, f"<id{i}>") if tgt_by_id else tok.target_sp.id_to_piece(i)): i
-                       for i in range(c.tgt_vocab_size)}
+    id_to_token = pieces(c.src_vocab_size, tok.source_pieces_by_id, tok.source_sp)
+    tgt_token_to_id = {token: i for i, token in enumerate(pieces(c.tgt_vocab_size, tok.target_pieces_by_id,
+                                                                 tok.target_sp))}
     max_batch = max(ints(args.batches))
     all_sources = make_sources(max_batch, args.src_len, c.src_vocab_size, special, c.eos_id)
 

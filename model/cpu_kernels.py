@@ -11,8 +11,8 @@ vector types (numbers: `bench/kernels.py`, BENCHMARKS.md).
 They are compiled on first use with torch's C++ extension loader (needs g++ and ninja; the
 result is cached under TORCH_EXTENSIONS_DIR, ~/.cache/torch_extensions by default) for the
 vector instructions torch itself uses on this CPU. A read-only cache (a read-only container
-whose image built them) is used as it is when its build matches this source. Where they cannot be built, or with
-NMT_CPU_KERNELS=0, `available()` is False and callers use PyTorch ops; tests compare both.
+whose image built them) is used as it is when its build matches this source. Where they
+cannot be built, or with NMT_CPU_KERNELS=0, `available()` is False and callers use PyTorch ops; tests compare both.
 """
 
 from __future__ import annotations
@@ -54,14 +54,16 @@ def _build(capability: str | None = None):
     # what the library was built from: torch's loader checks this itself, but only with a
     # writable cache; a stamp lets a read-only one (a read-only container) use a fresh build
     stamp = hashlib.sha256(_SOURCE.read_bytes() + repr((flags, torch.__version__)).encode()).hexdigest()
+    library, stamp_file = directory / f"{name}.so", directory / f"{name}.stamp"
+    built_from = stamp_file.read_text() if stamp_file.is_file() else None
     try:
         module = load(name=name, sources=[str(_SOURCE)], extra_cflags=flags)
     except OSError:  # the cache is read-only: torch's loader takes a lock file and rewrites build.ninja
-        if (directory / f"{name}.stamp").is_file() and (directory / f"{name}.stamp").read_text() == stamp:
-            return _import(name, directory / f"{name}.so")
+        if built_from == stamp:
+            return _import(name, library)
         raise
-    if module.__file__ == str(directory / f"{name}.so"):
-        (directory / f"{name}.stamp").write_text(stamp)
+    if module.__file__ == str(library) and built_from != stamp:
+        stamp_file.write_text(stamp)
     return module
 
 

@@ -108,24 +108,33 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:  # (..., in_features) -> (..., out_features)
         rows = x.reshape(-1, self.in_features).contiguous()                      # (M, K)
-        module = cpu_kernels.kernels()
-        if module is not None:
-            unit, lo, span = module.unit_rows(rows)                              # (M, K), (M, 1), (M, 1)
-        else:
-            lo, hi = torch.aminmax(rows, dim=1, keepdim=True)
-            span = (hi - lo).clamp_min_(1e-30)
-            unit = (rows - lo).div_(span)  # a division: each row's max maps to exactly 1, its min to 0
+        unit, lo, span = _unit_rows(rows)                                        # (M, K), (M, 1), (M, 1)
         # reduce_range: 7-bit activations, as fbgemm wants on x86 (no int16 overflow)
         product = torch.ops.quantized.linear_dynamic(unit, self.packed, True)   # (M, N) = u W^T
-        if module is not None:
-            y = module.unscale_rows(product, lo, span, self.weight_sum, self.bias)
-        else:
-            offset = lo * self.weight_sum if self.bias is None else torch.addmm(self.bias, lo, self.weight_sum[None])
-            y = offset.addcmul_(product, span)
+        y = _unscale_rows(product, lo, span, self.weight_sum, self.bias)         # x W^T + b
         return y.view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+def _unit_rows(rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(M, K) -> u = (rows - lo) / span in [0, 1], lo (M, 1), span (M, 1): the C++ kernel, or its twin."""
+    module = cpu_kernels.kernels()
+    if module is not None:
+        return module.unit_rows(rows)
+    lo, hi = torch.aminmax(rows, dim=1, keepdim=True)
+    span = (hi - lo).clamp_min_(1e-30)
+    return (rows - lo).div_(span), lo, span  # a division: each row's max maps to exactly 1, its min to 0
+
+
+def _unscale_rows(product: Tensor, lo: Tensor, span: Tensor, weight_sum: Tensor, bias: Tensor | None) -> Tensor:
+    """product * span + lo * weight_sum (+ bias), (M, N): the C++ kernel (in place), or its twin."""
+    module = cpu_kernels.kernels()
+    if module is not None:
+        return module.unscale_rows(product, lo, span, weight_sum, bias)
+    offset = lo * weight_sum if bias is None else torch.addmm(bias, lo, weight_sum[None])
+    return offset.addcmul_(product, span)
 
 
 @torch.no_grad()

@@ -47,7 +47,8 @@ def register(subparsers) -> None:
                    "the number of cores)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16", "int8"],
-                   help="auto: bfloat16 where the hardware computes it natively, int8 on other x86 CPUs, else float32; int8: int8 Linear layers on the CPU")
+                   help="auto: bfloat16 on Ampere+ GPUs and AMX CPUs, int8 on CPUs with AVX-512 VNNI or AVX2, else bfloat16 "
+                        "where native, else float32; int8: int8 Linear layers on the CPU")
     p.set_defaults(func=translate_command)
 
     # the other model-side commands live beside the code they drive

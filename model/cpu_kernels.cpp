@@ -7,14 +7,14 @@
 //   row_top    the m best log-probabilities of each row of logits, and their tokens: a running
 //              top m over the row, then the sum of exp for the normalisation (log_softmax is
 //              never written out).
-//   unit_rows / unscale_rows   either side of an int8 product (model/cpu_weights.py, Int8Linear):
-//              each row mapped onto [0, 1] by its own minimum and span, and the product mapped
-//              back (p * span + minimum * sum(W) + bias), one pass each.
+//
+// The int8 products are in cpu_int8.cpp, the fused decoder step in cpu_decoder.cpp; this file
+// defines the extension module of all three.
 //
 // Arithmetic is float32 whatever the storage type (float, bfloat16, half); exp is ATen's
 // vectorised one. Shapes: B batch, H heads, Tq queries, Tk keys, Dh head size, N rows, V vocab.
 
-#include <torch/extension.h>
+#include "cpu_kernels.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/functional.h>
@@ -25,6 +25,7 @@
 #include <limits>
 #include <vector>
 
+namespace nmt {
 namespace {
 
 using Vec = at::vec::Vectorized<float>;
@@ -203,6 +204,28 @@ void attention_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
     default: TORCH_CHECK(false, NAME ": float32, bfloat16 or float16 only, got ", TYPE);               \
   }
 
+}  // namespace
+
+std::pair<float, float> min_max(const float* x, int64_t n) {
+  float low = x[0], high = x[0];
+  int64_t j = 0;
+  if (n >= Vec::size()) {
+    Vec vlow = Vec::loadu(x), vhigh = vlow;
+    for (j = Vec::size(); j + Vec::size() <= n; j += Vec::size()) {
+      const Vec v = Vec::loadu(x + j);
+      vlow = at::vec::minimum(vlow, v);
+      vhigh = at::vec::maximum(vhigh, v);
+    }
+    low = at::vec::vec_reduce_all([](Vec a, Vec b) { return at::vec::minimum(a, b); }, vlow);
+    high = at::vec::vec_reduce_all([](Vec a, Vec b) { return at::vec::maximum(a, b); }, vhigh);
+  }
+  for (; j < n; ++j) {
+    low = std::min(low, x[j]);
+    high = std::max(high, x[j]);
+  }
+  return {low, high};
+}
+
 std::vector<at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const c10::optional<at::Tensor>& bias, bool need_weights,
                                   const c10::optional<at::Tensor>& rows) {
@@ -245,6 +268,8 @@ std::vector<at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, cons
   });
   return {out, weights};
 }
+
+namespace {
 
 // logits (N, V), rows contiguous. Writes the m best log_softmax values of each row (float32,
 // best first) and their columns; the banned columns are skipped but count in the softmax.
@@ -305,6 +330,8 @@ void row_top_impl(const at::Tensor& logits, int64_t m, const std::vector<int64_t
   });
 }
 
+}  // namespace
+
 std::vector<at::Tensor> row_top(const at::Tensor& logits, int64_t m, const std::vector<int64_t>& banned) {
   TORCH_CHECK(logits.dim() == 2 && logits.stride(1) == 1, "logits must be (N, V) with contiguous rows");
   TORCH_CHECK(1 <= m && m <= logits.size(1), "m must be between 1 and V");
@@ -318,83 +345,26 @@ std::vector<at::Tensor> row_top(const at::Tensor& logits, int64_t m, const std::
   return {values, indices};
 }
 
-// x (M, K) float32 -> unit (M, K) = (x - lo) / span, lo (M, 1) the row minimum, span (M, 1) the
-// row's max - min (at least 1e-30). Division, not a reciprocal: a row's maximum maps to exactly 1
-// and its minimum to exactly 0, so every batch spans [0, 1] whatever its rows.
-std::vector<at::Tensor> unit_rows(const at::Tensor& x) {
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous() && x.device().is_cpu(),
-              "x must be a contiguous (M, K) float32 CPU tensor");
-  const int64_t M = x.size(0), K = x.size(1);
-  at::Tensor unit = at::empty_like(x), lo = at::empty({M, 1}, x.options()), span = at::empty({M, 1}, x.options());
-  const float* in = x.data_ptr<float>();
-  float *out = unit.data_ptr<float>(), *lo_p = lo.data_ptr<float>(), *span_p = span.data_ptr<float>();
-  at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const float* row = in + r * K;
-      float low = row[0], high = row[0];
-      int64_t j = 0;
-      if (K >= Vec::size()) {
-        Vec vlow = Vec::loadu(row), vhigh = vlow;
-        for (j = Vec::size(); j + Vec::size() <= K; j += Vec::size()) {
-          const Vec v = Vec::loadu(row + j);
-          vlow = at::vec::minimum(vlow, v);
-          vhigh = at::vec::maximum(vhigh, v);
-        }
-        low = at::vec::vec_reduce_all([](Vec a, Vec b) { return at::vec::minimum(a, b); }, vlow);
-        high = at::vec::vec_reduce_all([](Vec a, Vec b) { return at::vec::maximum(a, b); }, vhigh);
-      }
-      for (; j < K; ++j) {
-        low = std::min(low, row[j]);
-        high = std::max(high, row[j]);
-      }
-      const float width = std::max(high - low, 1e-30f);
-      at::vec::map([low, width](Vec v) { return (v - Vec(low)) / Vec(width); }, out + r * K, row, K);
-      lo_p[r] = low;
-      span_p[r] = width;
-    }
-  });
-  return {unit, lo, span};
-}
-
-// In place on p (M, N) float32: p * span + lo * weight_sum (+ bias); span, lo (M, 1); weight_sum,
-// bias (N).
-at::Tensor unscale_rows(at::Tensor p, const at::Tensor& lo, const at::Tensor& span, const at::Tensor& weight_sum,
-                        const c10::optional<at::Tensor>& bias) {
-  TORCH_CHECK(p.dim() == 2 && p.scalar_type() == at::kFloat && p.is_contiguous(), "p must be contiguous (M, N) float32");
-  const int64_t M = p.size(0), N = p.size(1);
-  TORCH_CHECK(lo.numel() == M && span.numel() == M && weight_sum.numel() == N, "lo, span: M values; weight_sum: N");
-  TORCH_CHECK(!bias.has_value() || bias->numel() == N, "bias: N values");
-  float* out = p.data_ptr<float>();
-  const float *lo_p = lo.data_ptr<float>(), *span_p = span.data_ptr<float>(), *w = weight_sum.data_ptr<float>();
-  const float* b = bias.has_value() ? bias->data_ptr<float>() : nullptr;
-  at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      float* row = out + r * N;
-      const Vec s(span_p[r]), l(lo_p[r]);
-      int64_t j = 0;
-      for (; j + Vec::size() <= N; j += Vec::size()) {
-        Vec y = at::vec::fmadd(Vec::loadu(row + j), s, Vec::loadu(w + j) * l);
-        if (b) y = y + Vec::loadu(b + j);
-        y.store(row + j);
-      }
-      for (; j < N; ++j) row[j] = std::fma(row[j], span_p[r], w[j] * lo_p[r]) + (b ? b[j] : 0.0f);
-    }
-  });
-  return p;
-}
-
-}  // namespace
+}  // namespace nmt
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
-  module.def("attention", &attention, "softmax(q k^T / sqrt(Dh) + bias) v, and the weights if asked", py::arg("q"),
-             py::arg("k"), py::arg("v"), py::arg("bias"), py::arg("need_weights"), py::arg("rows") = py::none(),
-             py::call_guard<py::gil_scoped_release>());  // tensors only: other Python threads run meanwhile
-  module.def("row_top", &row_top, "the m best log-probabilities of each row and their columns",
-             py::call_guard<py::gil_scoped_release>());
-  module.def("unit_rows", &unit_rows, "each row onto [0, 1]: (x - min) / (max - min), and min, max - min",
-             py::call_guard<py::gil_scoped_release>());
-  module.def("unscale_rows", &unscale_rows, "in place: p * span + lo * weight_sum + bias", py::arg("p"),
-             py::arg("lo"), py::arg("span"), py::arg("weight_sum"), py::arg("bias") = py::none(),
-             py::call_guard<py::gil_scoped_release>());
-  module.attr("vector_size") = static_cast<int64_t>(Vec::size());  // floats per vector register
+  // tensors only: each call releases the GIL, so other Python threads run meanwhile
+  const auto release = py::call_guard<py::gil_scoped_release>();
+  module.def("attention", &nmt::attention, "softmax(q k^T / sqrt(Dh) + bias) v, and the weights if asked",
+             py::arg("q"), py::arg("k"), py::arg("v"), py::arg("bias"), py::arg("need_weights"),
+             py::arg("rows") = py::none(), release);
+  module.def("row_top", &nmt::row_top, "the m best log-probabilities of each row and their columns", release);
+  module.def("int8_linear", &nmt::int8_linear, "x W^T + b with int8 W and x quantized row by row", py::arg("x"),
+             py::arg("q"), py::arg("scale"), py::arg("qsum"), py::arg("bias") = py::none(), py::arg("relu") = false,
+             py::arg("path") = "", release);
+  module.def("int8_paths", [] {
+    std::vector<std::string> names;
+    for (nmt::Int8Path path : nmt::runnable_int8_paths()) names.push_back(nmt::int8_path_name(path));
+    return names;
+  }, "the int8 product paths this CPU runs, fastest first");
+  module.def("int8_levels", [](const std::string& path) {
+    return nmt::int8_levels(path.empty() ? nmt::best_int8_path() : nmt::int8_path_named(path));
+  }, "activations are quantized to 0 .. levels on this path", py::arg("path") = "");
+  nmt::define_decoder_step(module);
+  module.attr("vector_size") = static_cast<int64_t>(nmt::Vec::size());  // floats per vector register
 }

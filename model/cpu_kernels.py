@@ -29,7 +29,10 @@ from torch import Tensor
 
 log = logging.getLogger(__name__)
 
-_SOURCE = Path(__file__).with_suffix(".cpp")
+_HERE = Path(__file__).parent
+# one extension module; the header is not a source torch's loader tracks, so its hash goes in a flag
+_SOURCES = [_HERE / "cpu_kernels.cpp", _HERE / "cpu_int8.cpp", _HERE / "cpu_decoder.cpp"]
+_HEADER = _HERE / "cpu_kernels.h"
 # what torch.backends.cpu.get_cpu_capability() says -> the flags torch builds that level with
 _CAPABILITY_FLAGS = {
     "AVX512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma"],
@@ -46,18 +49,19 @@ def _build(capability: str | None = None):
     from torch.utils.cpp_extension import _get_build_directory, load
 
     capability = capability or torch.backends.cpu.get_cpu_capability()
-    flags = ["-O3"]
+    flags = ["-O3", f"-DNMT_HEADER={hashlib.sha256(_HEADER.read_bytes()).hexdigest()[:16]}"]
     if capability in _CAPABILITY_FLAGS:  # else ATen's portable (scalar) vector code
         flags += [f"-DCPU_CAPABILITY={capability}", f"-DCPU_CAPABILITY_{capability}", *_CAPABILITY_FLAGS[capability]]
     name = f"nmt_cpu_kernels_{capability.lower()}"
     directory = Path(_get_build_directory(name, verbose=False))  # where load() builds it
     # what the library was built from: torch's loader checks this itself, but only with a
     # writable cache; a stamp lets a read-only one (a read-only container) use a fresh build
-    stamp = hashlib.sha256(_SOURCE.read_bytes() + repr((flags, torch.__version__)).encode()).hexdigest()
+    built = b"".join(path.read_bytes() for path in (*_SOURCES, _HEADER))
+    stamp = hashlib.sha256(built + repr((flags, torch.__version__)).encode()).hexdigest()
     library, stamp_file = directory / f"{name}.so", directory / f"{name}.stamp"
     built_from = stamp_file.read_text() if stamp_file.is_file() else None
     try:
-        module = load(name=name, sources=[str(_SOURCE)], extra_cflags=flags)
+        module = load(name=name, sources=[str(path) for path in _SOURCES], extra_cflags=flags)
     except OSError:  # the cache is read-only: torch's loader takes a lock file and rewrites build.ninja
         if built_from == stamp:
             return _import(name, library)
@@ -118,6 +122,13 @@ def prebuild() -> list[str]:
 
 def available() -> bool:
     return kernels() is not None
+
+
+def int8_path() -> str | None:
+    """The fastest int8 product path this CPU runs ("avx512_vnni", "avx2" or "scalar";
+    model/cpu_int8.cpp), or None without the kernels (Int8Linear then runs its PyTorch twin)."""
+    module = kernels()
+    return module.int8_paths()[0] if module is not None else None
 
 
 _STORAGE = (torch.float32, torch.bfloat16, torch.float16)

@@ -8,15 +8,14 @@
   256 @ 256 x 1024 plus ReLU: 99 -> 70 us); ReLU stays bit-identical, swish is computed before
   rounding to bf16 instead of after.
 - `quantize_linear_int8`: int8 weights, activations quantized on the fly row by row, so that a
-  row's product does not depend on what it is batched with (fbgemm; `Int8Linear`).
+  row's product does not depend on what it is batched with (`Int8Linear`, on our own integer
+  kernels, model/cpu_int8.cpp).
 
 Both change only Linear layers: embeddings, LayerNorms and attention stay as they are, so
 attention capture is unchanged. Neither can be trained or saved; load the checkpoint again.
 """
 
 from __future__ import annotations
-
-import warnings
 
 import torch
 import torch.nn.functional as F
@@ -77,64 +76,70 @@ def prepack_linear_bf16(model: nn.Module) -> nn.Module:
     return model
 
 
+def pack_int8(weight: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """A float (N, K) weight -> int8 q in the kernels' layout (N/16, K/4, 16, 4), N and K padded
+    with zeros; scale (N,), W ~ scale * q row by row (symmetric, max |W[n]| -> 127); and qsum
+    (N,) = scale * (row sums of q), what each row's minimum contributes (model/cpu_int8.cpp)."""
+    N, K = weight.shape
+    weight = weight.detach().float()
+    scale = (weight.abs().amax(1) / 127).clamp_min(1e-12)                      # (N,)
+    q = torch.zeros(-(-N // 16) * 16, -(-K // 4) * 4, dtype=torch.int8)       # (Np, Kp)
+    q[:N, :K] = torch.round(weight / scale[:, None]).clamp(-127, 127).to(torch.int8)
+    qsum = scale * q[:N].sum(1, dtype=torch.int32).float()
+    packed = q.view(q.size(0) // 16, 16, q.size(1) // 4, 4).transpose(1, 2).contiguous()
+    return packed, scale, qsum
+
+
+def unpack_int8(packed: Tensor, N: int, K: int) -> Tensor:
+    """pack_int8's q back as (N, K) int8."""
+    return packed.transpose(1, 2).reshape(packed.size(0) * 16, packed.size(1) * 4)[:N, :K]
+
+
 class Int8Linear(nn.Module):
     """y = x W^T + b with W in int8 (one scale per output feature) and x quantized to 8 bits row
-    by row as it comes (fbgemm's dynamic int8 product; CPU).
+    by row as it comes, by its own minimum and step (model/cpu_int8.cpp: AVX-512 VNNI or AVX2
+    integer products; a PyTorch twin where the kernels are not built).
 
-    fbgemm quantizes its input with one scale for the whole tensor, so a row's result would
-    depend on the other rows: a sentence would translate differently with other sentences in
-    its batch. So each row is first mapped onto [0, 1] by its own minimum and span,
-        x = lo + span * u,   x W^T = span * (u W^T) + lo * (1 W^T),
-    which pins every batch's range to exactly [0, 1]: fbgemm derives the same scale for every
-    batch, each row uses the whole 8-bit range (about half the error of one scale per batch),
-    and a row's product is bit-identical whatever it is batched with. 1 W^T is the row sums of
-    the int8 weights, computed once."""
+    Each row's quantization and integer sums are its own, so a row's product is the same
+    whatever it is batched with: a sentence translates the same alone or with strangers'
+    sentences in the service's batches. Scaling each row onto its own range also keeps more
+    of its precision than one scale for a whole batch."""
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        weight = linear.weight.detach().float()
-        scales = (weight.abs().amax(1) / 127).clamp_min(1e-12).double()
-        zero_points = torch.zeros(self.out_features, dtype=torch.long)
-        with warnings.catch_warnings():
-            # torch 2.13 marks quantized tensors deprecated (pytorch#184982); fbgemm's products
-            # still take them, and torch is pinned
-            warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
-            quantized = torch.quantize_per_channel(weight, scales, zero_points, 0, torch.qint8)
-            # fbgemm's packed weight: an opaque object, kept as a plain attribute
-            self.packed = torch.ops.quantized.linear_prepack(quantized, None)
-        self.weight_sum = quantized.dequantize().sum(1)                            # (N,)
+        self.q, self.scale, self.qsum = pack_int8(linear.weight)
         self.bias = None if linear.bias is None else linear.bias.detach().float().clone()
+        self._q64 = None  # (N, K) float64 q, made for the PyTorch twin when it first runs
 
     def forward(self, x: Tensor) -> Tensor:  # (..., in_features) -> (..., out_features)
-        rows = x.reshape(-1, self.in_features).contiguous()                      # (M, K)
-        unit, lo, span = _unit_rows(rows)                                        # (M, K), (M, 1), (M, 1)
-        # reduce_range: 7-bit activations, as fbgemm wants on x86 (no int16 overflow)
-        product = torch.ops.quantized.linear_dynamic(unit, self.packed, True)   # (M, N) = u W^T
-        y = _unscale_rows(product, lo, span, self.weight_sum, self.bias)         # x W^T + b
-        return y.view(*x.shape[:-1], self.out_features)
+        return self.product(x.reshape(-1, self.in_features)).view(*x.shape[:-1], self.out_features)
+
+    def product(self, rows: Tensor, relu: bool = False, path: str = "") -> Tensor:
+        """(M, K) float32 -> (M, N); `path` picks one of kernels().int8_paths() (tests)."""
+        module = cpu_kernels.kernels()
+        if module is not None:
+            return module.int8_linear(rows.contiguous(), self.q, self.scale, self.qsum, self.bias, relu, path)
+        return self.twin(rows, 255, relu)
+
+    def twin(self, rows: Tensor, levels: int, relu: bool = False) -> Tensor:
+        """The kernel's arithmetic in PyTorch ops: each row quantized to 0 .. levels, the integer
+        sums in float64 (exact, so a row's result does not depend on its batch, as the kernel's),
+        then the same scaling up to float rounding."""
+        if self._q64 is None:
+            self._q64 = unpack_int8(self.q, self.out_features, self.in_features).double()
+        lo, hi = torch.aminmax(rows, dim=1, keepdim=True)                        # (M, 1) each
+        span = hi - lo
+        inv = torch.where(span > 0, levels / span, torch.zeros_like(span))
+        a = ((rows - lo) * inv + 0.5).clamp_max_(levels).floor_()                # (M, K) in 0 .. levels
+        sums = (a.double() @ self._q64.T).float()                                # (M, N), exact integers
+        y = sums * (span / levels * self.scale) + lo * self.qsum
+        if self.bias is not None:
+            y += self.bias
+        return y.relu_() if relu else y
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
-
-
-def _unit_rows(rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """(M, K) -> u = (rows - lo) / span in [0, 1], lo (M, 1), span (M, 1): the C++ kernel, or its twin."""
-    module = cpu_kernels.kernels()
-    if module is not None:
-        return module.unit_rows(rows)
-    lo, hi = torch.aminmax(rows, dim=1, keepdim=True)
-    span = (hi - lo).clamp_min_(1e-30)
-    return (rows - lo).div_(span), lo, span  # a division: each row's max maps to exactly 1, its min to 0
-
-
-def _unscale_rows(product: Tensor, lo: Tensor, span: Tensor, weight_sum: Tensor, bias: Tensor | None) -> Tensor:
-    """product * span + lo * weight_sum (+ bias), (M, N): the C++ kernel (in place), or its twin."""
-    module = cpu_kernels.kernels()
-    if module is not None:
-        return module.unscale_rows(product, lo, span, weight_sum, bias)
-    offset = lo * weight_sum if bias is None else torch.addmm(bias, lo, weight_sum[None])
-    return offset.addcmul_(product, span)
 
 
 @torch.no_grad()

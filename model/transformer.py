@@ -284,6 +284,8 @@ class Transformer(nn.Module):
         if c.tie_output:
             self.output_proj.weight = self.tgt_embed.weight
         self.embed_scale = math.sqrt(c.d_model) if c.scale_embedding else 1.0
+        # decode_step in one call, set by model/cpu_decoder.py for int8 models on the CPU
+        self.fused_step = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -356,6 +358,8 @@ class Transformer(nn.Module):
         t, g = cache.length, cache.group
         if t >= cache.capacity:
             raise ValueError(f"decoder cache is full ({cache.capacity} positions)")
+        if self.fused_step is not None and not torch.is_grad_enabled():
+            return self.fused_step(tokens, cache, need_weights)
         x = self.embed(self.tgt_embed, tokens[:, None], start=t)  # (N, 1, D)
         cache.table[:, t] = cache.slot
         history = cache.table[:, : t + 1]  # (N, t + 1) the slot of each position

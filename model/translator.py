@@ -17,6 +17,7 @@ from torch import Tensor
 
 from model import cpu_kernels
 from model.checkpoint import load_checkpoint
+from model.cpu_decoder import can_fuse, fuse_decoder_step
 from model.cpu_weights import can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
 from model.search import beam_search
 
@@ -46,20 +47,25 @@ def default_device() -> str:
 
 
 def auto_dtype(device: str | torch.device) -> str:
-    """What dtype "auto" means on this device, the fastest that keeps quality: bfloat16 where the
-    hardware multiplies it natively (CUDA GPUs from Ampere on; CPUs with AMX or AVX-512 BF16); on
-    other x86 CPUs int8 Linear layers (Int8Linear on fbgemm: about 1.5x float32 there,
-    activations quantized row by row); else float32 (other GPUs; CPUs without fbgemm, where
-    int8 was never measured). The shipped model's dev-set BLEU moves by less than 0.2 either way
-    (its model card); search scores stay float32."""
+    """What dtype "auto" means on this device, the fastest that keeps quality:
+    - CUDA: bfloat16 on GPUs from Ampere on, else float32;
+    - CPUs with AMX: bfloat16 (oneDNN's AMX matrix kernels);
+    - other CPUs where our int8 kernels run a vector path (AVX-512 VNNI or AVX2,
+      model/cpu_int8.cpp): int8 Linear layers and the fused decoder step (on AVX-512 VNNI
+      1.5-2x bf16 products, and at a few decoder rows several times any PyTorch step);
+    - CPUs with AVX-512 BF16 but no built kernels: bfloat16; else float32.
+    The shipped model's dev-set BLEU moves by less than 0.2 either way (its model card);
+    search scores stay float32."""
     kind = torch.device(device).type
     if kind == "cuda":
         return "bfloat16" if torch.cuda.is_bf16_supported(including_emulation=False) else "float32"
-    if kind == "cpu" and (torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()):
+    if kind != "cpu":
+        return "float32"
+    if torch.cpu._is_amx_tile_supported():
         return "bfloat16"
-    if kind == "cpu" and torch.backends.quantized.engine in ("x86", "fbgemm"):
+    if cpu_kernels.int8_path() in ("avx512_vnni", "avx2"):
         return "int8"
-    return "float32"
+    return "bfloat16" if torch.cpu._is_avx512_bf16_supported() else "float32"
 
 
 class Translator:
@@ -72,9 +78,11 @@ class Translator:
         self.dtype = dtype = auto_dtype(self.device) if dtype == "auto" else dtype
         if dtype == "int8":
             if self.device.type != "cpu":
-                raise ValueError("dtype int8 (int8 Linear layers, fbgemm) runs on the CPU only")
+                raise ValueError("dtype int8 (int8 Linear layers) runs on the CPU only")
             model, self.tokenizer, self.metadata = load_checkpoint(Path(model_dir), self.device, "float32")
             self.model = quantize_linear_int8(model)
+            if can_fuse(self.model):  # the decoder step in one C++ call
+                fuse_decoder_step(self.model)
         else:
             self.model, self.tokenizer, self.metadata = load_checkpoint(Path(model_dir), self.device, dtype)
             if prepack and can_prepack_bf16(self.model):

@@ -151,7 +151,7 @@ def test_models_and_languages(client):
     assert set(models) == {"en-de", "de-en"}
     m = models["en-de"]
     assert (m["source"], m["target"], m["device"], m["dtype"]) == ("en", "de", "cpu", auto_dtype("cpu"))
-    assert m["config"]["d_model"] == 32 and m["max_source_tokens"] == 128 and m["parameters"] > 10_000
+    assert m["config"]["d_model"] == 64 and m["max_source_tokens"] == 128 and m["parameters"] > 10_000
     assert m["cpu_kernels"] is True  # built here (tests/test_cpu_kernels.py says why they must)
     v1 = client.get("/v1/languages").json()
     assert {(p["source"], p["target"], p["model"]) for p in v1["pairs"]} == {("en", "de", "en-de"),

@@ -46,7 +46,7 @@ def test_mismatched_config_names_the_tensors(tmp_path):
     config = json.loads((directory / "config.json").read_text())
     config["d_ff"] = 48
     (directory / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match=r"encoder_layers.0.ffn.w1.weight: shape \(64, 32\) in file, \(48, 32\)"):
+    with pytest.raises(CheckpointError, match=r"encoder_layers.0.ffn.w1.weight: shape \(64, 64\) in file, \(48, 64\)"):
         load_checkpoint(directory)
 
 

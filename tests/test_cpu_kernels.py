@@ -189,30 +189,37 @@ def test_beam_search_is_the_same_with_and_without_kernels(kernels, monkeypatch, 
                                        rtol=1e-4)
 
 
-def test_unit_rows_maps_each_row_exactly_onto_zero_to_one(kernels):
-    g = torch.Generator().manual_seed(3)
-    for K in [1, 7, 8, 64, 1000]:
-        x = torch.randn(6, K, generator=g) * torch.tensor([1e-20, 1e-3, 1.0, 7.0, 1e6, 1.0])[:, None]
-        x[5] = 2.5  # a constant row
-        unit, lo, span = kernels.unit_rows(x)
-        torch.testing.assert_close(lo[:, 0], x.min(1).values, rtol=0, atol=0)
-        torch.testing.assert_close(span[:, 0], (x.max(1).values - x.min(1).values).clamp_min(1e-30), rtol=0, atol=0)
-        torch.testing.assert_close(unit, (x - lo) / span, rtol=0, atol=0)
-        if K > 1:
-            assert unit[:5].max(1).values.eq(1).all() and unit[:5].min(1).values.eq(0).all()
-        assert unit[5].eq(0).all()
+@pytest.mark.parametrize("M, K, N", [(1, 1, 1), (3, 5, 17), (4, 64, 16), (7, 130, 33), (9, 256, 200), (130, 40, 70)])
+def test_int8_products_equal_their_twin_on_every_path(kernels, M, K, N):
+    """Each path this CPU runs (AVX-512 VNNI, AVX2, portable) against the PyTorch twin of its
+    arithmetic; sizes off the tiles (rows of 4, blocks of 16 features, groups of 4 inputs)."""
+    from model.cpu_weights import Int8Linear
+
+    g = torch.Generator().manual_seed(M * K + N)
+    linear = torch.nn.Linear(K, N)
+    int8 = Int8Linear(linear)
+    x = torch.randn(M, K, generator=g) * torch.rand(M, 1, generator=g) * 10
+    x[-1] = 2.5  # a constant row: all its information is in its minimum
+    assert "scalar" in kernels.int8_paths()
+    for path in kernels.int8_paths():
+        y = int8.product(x, path=path)
+        twin = int8.twin(x, kernels.int8_levels(path))
+        # the same up to float rounding, and now and then an activation rounded the other way at a tie
+        assert (y - twin).abs().max() < 1e-4 * (1 + twin.abs().max())
+        torch.testing.assert_close(y[-1], 2.5 * int8.qsum + int8.bias)  # exactly its minimum times W's row sums
+        relu = int8.product(x, relu=True, path=path)
+        assert torch.equal(relu, y.clamp_min(0))
+        for i in range(M):  # a row's product is its own
+            assert torch.equal(int8.product(x[i:i + 1], path=path), y[i:i + 1])
 
 
-def test_unscale_rows_is_p_times_span_plus_lo_times_weight_sum_plus_bias(kernels):
-    g = torch.Generator().manual_seed(4)
-    for N in [3, 8, 300]:
-        p, lo, span = torch.randn(5, N, generator=g), torch.randn(5, 1, generator=g), torch.rand(5, 1, generator=g)
-        weight_sum, bias = torch.randn(N, generator=g), torch.randn(N, generator=g)
-        expected = p * span + lo * weight_sum
-        torch.testing.assert_close(kernels.unscale_rows(p.clone(), lo, span, weight_sum), expected)
-        out = p.clone()
-        assert kernels.unscale_rows(out, lo, span, weight_sum, bias) is not None
-        torch.testing.assert_close(out, expected + bias)  # in place
+def test_int8_levels_follow_the_path(kernels):
+    # vpmaddubsw sums byte pairs into int16: 2 * 127 * 127 fits, 2 * 255 * 127 does not
+    levels = {path: kernels.int8_levels(path) for path in kernels.int8_paths()}
+    assert levels["scalar"] == 255 and levels.get("avx2", 127) == 127 and levels.get("avx512_vnni", 255) == 255
+    assert kernels.int8_levels() == levels[kernels.int8_paths()[0]]
+    with pytest.raises(RuntimeError, match="does not run"):
+        kernels.int8_levels("sse9")
 
 
 def test_a_failed_build_falls_back_to_pytorch(monkeypatch, caplog):
@@ -312,3 +319,11 @@ def test_the_other_vector_widths_compute_the_same(kernels, capability):
     expected_values, expected_columns = cpu_kernels.row_top(logits, 8, (0,))
     torch.testing.assert_close(values, expected_values, atol=2e-6, rtol=1e-6)
     assert torch.equal(columns, expected_columns)
+    # int8 products pick their path at run time, whatever the build's vector width
+    from model.cpu_weights import Int8Linear
+
+    int8, x = Int8Linear(torch.nn.Linear(70, 40)), torch.randn(6, 70, generator=g)
+    assert other.int8_paths() == kernels.int8_paths()
+    for path in kernels.int8_paths():
+        assert torch.equal(other.int8_linear(x, int8.q, int8.scale, int8.qsum, int8.bias, False, path),
+                           kernels.int8_linear(x, int8.q, int8.scale, int8.qsum, int8.bias, False, path))

@@ -96,8 +96,9 @@ def test_int8_translations_do_not_depend_on_the_batch(tiny_checkpoint):
     for text, batched in zip(texts, together):
         [alone] = int8.translate([text], beam_size=3, n_best=2, return_attention=True)
         assert [h.token_ids for h in alone.hypotheses] == [h.token_ids for h in batched.hypotheses]
-        # the same to float32 rounding: padding changes the shapes of the float ops around the products
-        assert [h.score for h in alone.hypotheses] == pytest.approx([h.score for h in batched.hypotheses], abs=1e-5)
+        # nearly the same: padding changes the last bits of float ops upstream (the encoder's
+        # attention), and now and then such a bit moves an activation to the next int8 level
+        assert [h.score for h in alone.hypotheses] == pytest.approx([h.score for h in batched.hypotheses], abs=1e-3)
 
 
 def test_int8_is_cpu_only(tiny_checkpoint):
@@ -105,26 +106,21 @@ def test_int8_is_cpu_only(tiny_checkpoint):
         Translator(tiny_checkpoint, device="meta", dtype="int8")
 
 
-def test_auto_dtype_is_bfloat16_where_the_cpu_computes_it_else_int8_on_fbgemm(tiny_checkpoint, monkeypatch):
-    native = torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
-    fbgemm = torch.backends.quantized.engine in ("x86", "fbgemm")  # every x86 build of torch
-    assert auto_dtype("cpu") == ("bfloat16" if native else "int8" if fbgemm else "float32")
+def test_auto_dtype_is_bfloat16_on_amx_else_int8_where_the_kernels_run_a_vector_path(tiny_checkpoint, monkeypatch):
+    from model import cpu_kernels
+
     translator = Translator(tiny_checkpoint, device="cpu", dtype="auto")
     assert translator.dtype == auto_dtype("cpu")
-    if native:
-        assert translator.model.tgt_embed.weight.dtype == torch.bfloat16
-    elif fbgemm:  # int8 Linear layers, the rest float32
+    if translator.dtype == "int8":  # int8 Linear layers, the rest float32
         assert translator.model.tgt_embed.weight.dtype == torch.float32
         assert isinstance(translator.model.output_proj, Int8Linear)
-    for amx, avx512_bf16, expected in [(False, False, "int8" if fbgemm else "float32"), (True, False, "bfloat16"),
-                                       (False, True, "bfloat16")]:
-        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx)
+    for amx, path, avx512_bf16, expected in [(True, "avx512_vnni", True, "bfloat16"), (False, "avx512_vnni", True, "int8"),
+                                             (False, "avx2", False, "int8"), (False, "scalar", True, "bfloat16"),
+                                             (False, None, False, "float32")]:
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda v=amx: v)
         monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512_bf16: v)
+        monkeypatch.setattr(cpu_kernels, "int8_path", lambda v=path: v)
         assert auto_dtype("cpu") == expected
-    if "qnnpack" in torch.backends.quantized.supported_engines:  # an ARM CPU's engine: int8 not measured there
-        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)  # amx is off too, from the loop
-        monkeypatch.setattr(torch.backends.quantized, "engine", "qnnpack")
-        assert auto_dtype("cpu") == "float32"
 
 
 def test_parallel_batches_give_the_same_results_in_order(tiny_checkpoint):

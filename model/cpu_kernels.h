@@ -1,0 +1,70 @@
+// What the CPU kernel files share (model/cpu_kernels.cpp, cpu_int8.cpp, cpu_decoder.cpp); one
+// extension module, defined in cpu_kernels.cpp.
+#pragma once
+
+#include <torch/extension.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace nmt {
+
+// ---- cpu_kernels.cpp -------------------------------------------------------------------------
+
+// the smallest and largest of x[0 .. n)
+std::pair<float, float> min_max(const float* x, int64_t n);
+
+// softmax(q k^T / sqrt(Dh) + bias) v for a few queries per (batch, head); see cpu_kernels.cpp
+std::vector<at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const c10::optional<at::Tensor>& bias, bool need_weights,
+                                  const c10::optional<at::Tensor>& rows);
+
+// ---- cpu_int8.cpp ----------------------------------------------------------------------------
+
+enum class Int8Path { kAvx512Vnni, kAvx2, kScalar };
+
+std::vector<Int8Path> runnable_int8_paths();  // best first
+Int8Path best_int8_path();
+int int8_levels(Int8Path path);  // activations are quantized to 0 .. levels
+const char* int8_path_name(Int8Path path);
+Int8Path int8_path_named(const std::string& name);
+
+// an int8 weight (N, K) in the packed layout, with its per-feature scale and scale * row sum
+struct Int8Weight {
+  const int8_t* q;  // (N/16, K4, 16, 4)
+  const float* scale;
+  const float* qsum;
+  const float* bias;  // or null
+  int64_t N, K4;
+};
+
+// M rows quantized for one path: a (M, row_bytes) in 0 .. levels, x ~ lo + step * a
+struct QuantizedRows {
+  Int8Path path = Int8Path::kScalar;
+  int64_t row_bytes = 0;
+  std::vector<uint8_t> a;
+  std::vector<float> step, lo;
+};
+
+// what happens to a product before it is stored: added to what y holds (a residual), ReLU
+struct Epilogue {
+  bool relu = false;
+  bool accumulate = false;
+};
+
+void quantize_rows(const float* x, int64_t M, int64_t K, int64_t ldx, Int8Path path, QuantizedRows& out);
+// y (M, N), ldy floats between rows: x W^T + b, then the epilogue
+void int8_matmul(const QuantizedRows& x, int64_t M, const Int8Weight& w, float* y, int64_t ldy, const Epilogue& e);
+Int8Weight int8_weight(const at::Tensor& q, const at::Tensor& scale, const at::Tensor& qsum,
+                       const c10::optional<at::Tensor>& bias);
+at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale, const at::Tensor& qsum,
+                       const c10::optional<at::Tensor>& bias, bool relu, const std::string& path);
+
+// ---- cpu_decoder.cpp -------------------------------------------------------------------------
+
+// adds the DecoderStep class to the extension module
+void define_decoder_step(py::module& module);
+
+}  // namespace nmt

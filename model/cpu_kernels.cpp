@@ -8,8 +8,8 @@
 //              top m over the row, then the sum of exp for the normalisation (log_softmax is
 //              never written out).
 //
-// The int8 products are in cpu_int8.cpp, the fused decoder step in cpu_decoder.cpp; this file
-// defines the extension module of all three.
+// The int8 products are in cpu_int8.cpp, the fused decoder step in cpu_decoder.cpp, a beam search
+// step in cpu_search.cpp; this file defines the extension module of all four.
 //
 // Arithmetic is float32 whatever the storage type (float, bfloat16, half); exp is ATen's
 // vectorised one. Shapes: B batch, H heads, Tq queries, Tk keys, Dh head size, N rows, V vocab.
@@ -354,6 +354,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
              py::arg("q"), py::arg("k"), py::arg("v"), py::arg("bias"), py::arg("need_weights"),
              py::arg("rows") = py::none(), release);
   module.def("row_top", &nmt::row_top, "the m best log-probabilities of each row and their columns", release);
+  module.def("beam_step", &nmt::beam_step, "one step of beam search after the decoder (model/search.py)",
+             py::arg("logits"), py::arg("run_scores"), py::arg("pool_scores"), py::arg("pool_ref"), py::arg("max_len"),
+             py::arg("t"), py::arg("banned"), py::arg("eos_id"), py::arg("length_penalty"), release);
   module.def("int8_linear", &nmt::int8_linear, "x W^T + b with int8 W and x quantized row by row", py::arg("x"),
              py::arg("q"), py::arg("scale"), py::arg("qsum"), py::arg("bias") = py::none(), py::arg("relu") = false,
              py::arg("path") = "", release);

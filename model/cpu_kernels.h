@@ -21,6 +21,9 @@ std::vector<at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, cons
                                   const c10::optional<at::Tensor>& bias, bool need_weights,
                                   const c10::optional<at::Tensor>& rows);
 
+// the m best log-probabilities of each row of logits (N, V) and their columns, banned columns skipped
+std::vector<at::Tensor> row_top(const at::Tensor& logits, int64_t m, const std::vector<int64_t>& banned);
+
 // ---- cpu_int8.cpp ----------------------------------------------------------------------------
 
 enum class Int8Path { kAvx512Vnni, kAvx2, kScalar };
@@ -61,6 +64,17 @@ Int8Weight int8_weight(const at::Tensor& q, const at::Tensor& scale, const at::T
                        const c10::optional<at::Tensor>& bias);
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale, const at::Tensor& qsum,
                        const c10::optional<at::Tensor>& bias, bool relu, const std::string& path);
+
+// ---- cpu_search.cpp --------------------------------------------------------------------------
+
+// one step of beam search after the decoder (model/search.py, select): candidates, the pool of
+// finished hypotheses, the beams that continue; and whether a sentence is done, whether the
+// beams kept their order
+std::tuple<std::vector<at::Tensor>, bool, bool> beam_step(const at::Tensor& logits, const at::Tensor& run_scores,
+                                                          const at::Tensor& pool_scores, const at::Tensor& pool_ref,
+                                                          const at::Tensor& max_len, int64_t t,
+                                                          const std::vector<int64_t>& banned, int64_t eos_id,
+                                                          double length_penalty);
 
 // ---- cpu_decoder.cpp -------------------------------------------------------------------------
 

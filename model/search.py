@@ -119,6 +119,65 @@ def _row_top(logits: Tensor, m: int, banned: tuple[int, ...]) -> tuple[Tensor, T
     return topk_rows(logp, m)
 
 
+@dataclass
+class _Selection:
+    """What one step of the search decides, over its B running sentences (k beams, 2k candidates)."""
+
+    cand_scores: Tensor  # (B, 2k) the best 2k continuations: accumulated log-prob, best first
+    cand_row: Tensor  # (B, 2k) beam each extends
+    cand_tok: Tensor  # (B, 2k) token it appends
+    keep: Tensor  # (B, k) candidate that each next-step beam is
+    run_scores: Tensor  # (B, k) their scores
+    pool_scores: Tensor  # (B, k) finished hypotheses, best first: score (-inf: none yet)
+    pool_ref: Tensor  # (B, k) and step * 2k + candidate
+    tokens: Tensor  # (B * k,) the next step's input tokens
+    parents: Tensor  # (B, k) beam each next-step beam continues
+    done: Tensor  # (B,) bool: the sentence leaves the batch
+
+
+def select(logits: Tensor, run_scores: Tensor, pool_scores: Tensor, pool_ref: Tensor, max_len: Tensor, t: int,
+           banned: tuple[int, ...], eos_id: int, length_penalty: float) -> tuple[_Selection, bool, bool]:
+    """One step of beam search after the decoder, for logits (B * k, V) of step t: the 2k best
+    candidates of each sentence; those that end (EOS, or the sentence's cap max_len (B,)) within
+    the top k go to the pool of finished hypotheses (score log_prob / (t + 1)^length_penalty)
+    unless it is full; the best k that do not end continue. Also returns whether any sentence is
+    done (its pool full, or its cap reached) and whether every beam continues itself (no reorder).
+    On the CPU one C++ call (model/cpu_search.cpp), else PyTorch ops (`_select`)."""
+    if cpu_kernels.handles_logits(logits) and run_scores.device.type == "cpu":
+        out, any_done, in_place = cpu_kernels.kernels().beam_step(
+            logits, run_scores, pool_scores, pool_ref, max_len, t, list(banned), eos_id, length_penalty)
+        return _Selection(*out), any_done, in_place
+    return _select(logits, run_scores, pool_scores, pool_ref, max_len, t, banned, eos_id, length_penalty)
+
+
+def _select(logits, run_scores, pool_scores, pool_ref, max_len, t, banned, eos_id, length_penalty):
+    """The PyTorch twin of `select` (any device)."""
+    B, k = run_scores.shape
+    cand_scores, cand_row, cand_tok = top_candidates(logits, run_scores, 2 * k, banned)  # (B, 2k)
+    at_cap = (t + 1 >= max_len)[:, None]  # (B, 1)
+    ends = (cand_tok == eos_id) | at_cap  # (B, 2k)
+
+    # set aside candidates that end within the top k, unless the sentence is already full
+    cand_ids = torch.arange(2 * k, device=logits.device)  # (2k,)
+    pool_full = torch.isfinite(pool_scores).all(-1, keepdim=True)  # (B, 1)
+    aside = ends & (cand_ids < k) & ~pool_full
+    aside_scores = torch.where(aside, cand_scores / (t + 1) ** length_penalty, float("-inf"))
+    pool_scores, merged = torch.cat([pool_scores, aside_scores], 1).topk(k, dim=1)  # (B, k) of 3k
+    pool_ref = torch.cat([pool_ref, (cand_ids + t * 2 * k).expand(B, -1)], 1).gather(1, merged)
+
+    # the best k candidates that do not end continue
+    run_scores, keep = cand_scores.masked_fill(ends, -1e9).topk(k, dim=1)  # (B, k) of 2k
+    parents = cand_row.gather(1, keep)  # (B, k)
+    tokens = cand_tok.gather(1, keep).view(-1)
+
+    done = torch.isfinite(pool_scores).all(-1) | at_cap[:, 0]  # (B,)
+    # one host sync per step: does a sentence leave the batch; is the beam order unchanged
+    any_done, in_place = torch.stack([done.any(), (parents == cand_ids[:k]).all()]).tolist()
+    selection = _Selection(cand_scores, cand_row, cand_tok, keep, run_scores, pool_scores, pool_ref, tokens,
+                           parents, done)
+    return selection, any_done, in_place
+
+
 def length_groups(lengths: list[int], group_cost: int = _GROUP_COST_TOKENS) -> list[list[int]]:
     """Row indices cut into groups of similar length, to minimise the padded tokens of encoding
     each group apart (sum of rows x longest) plus group_cost per group; exact, by dynamic
@@ -197,9 +256,6 @@ def beam_search(
     # made once, sliced or filtered as the batch shrinks
     sent = torch.arange(B_orig, device=device)  # original index of each running sentence
     first_row = sent[:, None] * k  # (B, 1) cache row of each sentence's first beam
-    beams = torch.arange(k, device=device)  # (k,)
-    cand_ids = torch.arange(2 * k, device=device).expand(B_orig, -1)  # (B, 2k)
-    rank_in_top_k = cand_ids[0] < k  # (2k,)
 
     tokens = torch.full((B_orig * k,), c.decoder_start_id, dtype=torch.long, device=device)
     run_scores = torch.zeros(B_orig, k, device=device)
@@ -214,29 +270,14 @@ def beam_search(
         B = sent.numel()
         logits, attn = model.decode_step(tokens, cache, need_weights=return_attention)  # (N, V)
         banned = (c.pad_id,) if t >= min_new_tokens else (c.pad_id, c.eos_id)  # the decoder never emits PAD
-        cand_scores, cand_row, cand_tok = top_candidates(logits, run_scores, 2 * k, banned)  # (B, 2k)
-        step = _Step(sent, cand_scores, cand_row, cand_tok)
+        chosen, any_done, in_place = select(logits, run_scores, pool_scores, pool_ref, max_len, t, banned, c.eos_id,
+                                            length_penalty)
+        step = _Step(sent, chosen.cand_scores, chosen.cand_row, chosen.cand_tok, chosen.keep)
         if return_attention:  # (L, N, H, S) -> (B, k, L, H, S)
             step.attention = attn.transpose(0, 1).reshape(B, k, *attn.shape[:1], *attn.shape[2:])
         steps.append(step)
-        at_cap = (t + 1 >= max_len)[:, None]  # (B, 1)
-        ends = (cand_tok == c.eos_id) | at_cap  # (B, 2k)
-
-        # set aside candidates that end within the top k, unless the sentence is already full
-        pool_full = torch.isfinite(pool_scores).all(-1, keepdim=True)  # (B, 1)
-        aside = ends & rank_in_top_k & ~pool_full
-        aside_scores = torch.where(aside, cand_scores / (t + 1) ** length_penalty, float("-inf"))
-        pool_scores, merged = torch.cat([pool_scores, aside_scores], 1).topk(k, dim=1)  # (B, k) of 3k
-        pool_ref = torch.cat([pool_ref, cand_ids[:B] + t * 2 * k], 1).gather(1, merged)
-
-        # the best k candidates that do not end continue
-        run_scores, step.keep = cand_scores.masked_fill(ends, -1e9).topk(k, dim=1)  # (B, k) of 2k
-        parents = cand_row.gather(1, step.keep)  # (B, k)
-        tokens = cand_tok.gather(1, step.keep).view(-1)
-
-        done = torch.isfinite(pool_scores).all(-1) | at_cap[:, 0]  # (B,)
-        # one host sync per step: does a sentence leave the batch; is the beam order unchanged
-        any_done, in_place = torch.stack([done.any(), (parents == beams).all()]).tolist()
+        run_scores, pool_scores, pool_ref = chosen.run_scores, chosen.pool_scores, chosen.pool_ref
+        tokens, parents, done = chosen.tokens, chosen.parents, chosen.done
         if any_done:
             finished.append((sent[done], pool_scores[done], pool_ref[done]))
             alive = (~done).nonzero()[:, 0]

@@ -140,6 +140,44 @@ def test_top_candidates_are_the_same_with_and_without_kernels(kernels, monkeypat
     assert torch.equal(fast[1], slow[1]) and torch.equal(fast[2], slow[2])
 
 
+@pytest.mark.parametrize("k, V", [(1, 50), (4, 300), (3, 4)])
+def test_a_search_step_is_the_same_in_cpp_and_pytorch(kernels, monkeypatch, k, V):
+    """model/search.py's select: candidates, the pool of finished hypotheses and the beams that
+    continue, from states a search meets: empty, part-full and full pools, sentences at their
+    cap, EOS among the best candidates, a vocabulary smaller than 2k (V = 4)."""
+    from model.search import select
+
+    g = torch.Generator().manual_seed(k * V)
+    B, eos = 5, 2
+    for t in range(6):
+        logits = torch.randn(B * k, V, generator=g) * 3
+        logits[::2, eos] += 4  # EOS among the best of some rows
+        run_scores = -torch.rand(B, k, generator=g) * 10
+        pool_scores = torch.full((B, k), float("-inf"))
+        pool_scores[1, : k // 2 + 1] = torch.linspace(-1, -2, k // 2 + 1)  # part full (full when k = 1)
+        pool_scores[2] = torch.linspace(-0.5, -3, k)  # full
+        pool_ref = torch.randint(0, 100, (B, k), generator=g)
+        max_len = torch.tensor([10, 10, 10, t + 1, 10])  # sentence 3 reaches its cap now
+        args = (logits, run_scores, pool_scores, pool_ref, max_len, t, (0,), eos, 0.8)
+        with torch.inference_mode():
+            fast, fast_done, fast_in_place = select(*args)
+            with monkeypatch.context() as patch:
+                patch.setattr(cpu_kernels, "kernels", lambda: None)
+                slow, slow_done, slow_in_place = select(*args)
+        assert (fast_done, fast_in_place) == (slow_done, slow_in_place) and fast_done  # sentences 2 and 3
+        assert fast.done.tolist() == slow.done.tolist() and fast.done[2] and fast.done[3]
+        for name in ("cand_scores", "run_scores", "pool_scores"):
+            torch.testing.assert_close(getattr(fast, name), getattr(slow, name), atol=2e-6, rtol=1e-6)
+        for name in ("cand_row", "cand_tok"):
+            assert torch.equal(getattr(fast, name), getattr(slow, name)), name
+        live = slow.run_scores > -1e8  # beams that continue for real (ended ones tie at -1e9)
+        for name in ("keep", "parents"):
+            assert torch.equal(getattr(fast, name)[live], getattr(slow, name)[live]), name
+        assert torch.equal(fast.tokens[live.view(-1)], slow.tokens[live.view(-1)])
+        found = torch.isfinite(slow.pool_scores)  # entries of an empty pool are never read
+        assert torch.equal(fast.pool_ref[found], slow.pool_ref[found])
+
+
 def kernel_model(dtype=torch.float32, **overrides):
     """A tiny model whose heads (32 / 2 = 16) the kernels take."""
     options = dict(src_vocab_size=40, tgt_vocab_size=40, d_model=32, n_heads=2, d_ff=64, encoder_layers=2,

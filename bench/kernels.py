@@ -2,7 +2,13 @@
 against the PyTorch ops they replace, at the shapes of a beam 4 x 32 step of the shipped model
 (128 decoder rows, 8 heads of 32, 30 cached positions, 25 source positions, 8k vocabulary).
 
-    .venv/bin/python bench/kernels.py [--dtype bfloat16] [--rows 128] [--threads 1]
+    .venv/bin/python bench/kernels.py [--dtype bfloat16|float32|int8] [--rows 128] [--threads 1]
+
+With --dtype int8: our int8 products (model/cpu_int8.cpp) against fbgemm's dynamic int8
+(PyTorch's dynamic quantization, what Int8Linear ran before) and float32 F.linear; a whole decoder
+step of a random model of the shipped shape, fused (model/cpu_decoder.cpp) against the PyTorch
+step over the same int8 layers; and the search step after it (model/cpu_search.cpp) against its
+PyTorch twin.
 
 Prints microseconds per call (median of 7 runs of 200 calls) and the ratio.
 """
@@ -39,14 +45,15 @@ def per_call_us(fn, calls: int = 200, runs: int = 7) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16", "int8"])
     ap.add_argument("--rows", type=int, default=128, help="decoder rows (sentences x beams)")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if cpu_kernels.kernels() is None:
         sys.exit("the CPU kernels did not build (see the warning above)")
-    dt, N, H, Dh, T, S, V, beams = getattr(torch, args.dtype), args.rows, 8, 32, 30, 25, 8000, 4
+    dt = torch.float32 if args.dtype == "int8" else getattr(torch, args.dtype)
+    N, H, Dh, T, S, V, beams = args.rows, 8, 32, 30, 25, 8000, 4
     g = torch.Generator().manual_seed(0)
     rows = []
 
@@ -85,11 +92,58 @@ def main() -> None:
         packed = PrepackedLinear(ffn)
         row("Linear 256 -> 1024 + ReLU", lambda: fused(x), lambda: F.relu(packed(x)), "ReLU fused; prepacked, then ReLU")
 
+    if args.dtype == "int8":
+        int8_rows(row, N, T, S, V, beams, g)
+
     print(f"{args.dtype}, {N} decoder rows, {args.threads} thread(s); microseconds per call, median of 7 x 200")
     print("| op | shape; what ours replaces | ours us | PyTorch us | PyTorch / ours |")
     print("|---|---|---:|---:|---:|")
     for name, what, ours, theirs in rows:
         print(f"| {name} | {what} | {ours:,.0f} | {theirs:,.0f} | {theirs / ours:.2f} |")
+
+
+def int8_rows(row, N: int, T: int, S: int, V: int, beams: int, g: torch.Generator) -> None:
+    import copy
+    import warnings
+
+    from model.cpu_decoder import fuse_decoder_step
+    from model.cpu_weights import Int8Linear, quantize_linear_int8
+    from model.search import _select, select
+    from model.transformer import ModelConfig, Transformer
+
+    for d_in, d_out in [(256, 768), (1024, 256), (256, V)]:
+        linear = torch.nn.Linear(d_in, d_out)
+        ours = Int8Linear(linear)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch.ao's deprecation notice
+            fbgemm = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(linear), {torch.nn.Linear},
+                                                            dtype=torch.qint8)
+        x = torch.randn(N, d_in, generator=g)
+        row(f"int8 Linear {d_in} -> {d_out}", lambda: ours(x), lambda: fbgemm(x), "fbgemm dynamic int8 (one scale a batch)")
+        row(f"int8 Linear {d_in} -> {d_out}", lambda: ours(x), lambda: linear(x), "float32 F.linear")
+    # the shipped model's shape, random weights: pre-norm, d 256, 8 heads, FFN 1024, 2 decoder layers
+    torch.manual_seed(0)
+    config = ModelConfig(src_vocab_size=V, tgt_vocab_size=V, d_model=256, n_heads=8, d_ff=1024, encoder_layers=1,
+                         decoder_layers=2, norm="pre", share_embeddings=True)
+    model = quantize_linear_int8(Transformer(config).eval())
+    fused = fuse_decoder_step(copy.copy(model))  # the same modules; only its decode_step differs
+    with torch.inference_mode():
+        memory, mask = model.encode(torch.randint(4, V, (N // beams, S), generator=g))
+    tokens = torch.randint(4, V, (N,), generator=g)
+
+    def step(m):
+        cache = m.start_cache(memory, mask, group=beams, capacity=T + 1)
+        cache.table[:, :T] = torch.arange(N)[:, None]
+        cache.length = T  # a step at position T, over T cached positions
+        return lambda: (setattr(cache, "length", T), m.decode_step(tokens, cache))
+
+    with torch.inference_mode():
+        row("decoder step", step(fused), step(model), f"int8, {T} cached positions; the PyTorch step, same layers")
+    logits = torch.randn(N, V, generator=g) * 3
+    state = (torch.randn(N // beams, beams, generator=g), torch.full((N // beams, beams), float("-inf")),
+             torch.zeros(N // beams, beams, dtype=torch.long), torch.full((N // beams,), 100), 5, (0,), 2, 1.0)
+    row("search step", lambda: select(logits, *state), lambda: _select(logits, *state),
+        f"beam {beams}: candidates, pool, beams kept; PyTorch ops")
 
 
 if __name__ == "__main__":

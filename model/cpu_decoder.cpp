@@ -97,10 +97,10 @@ class DecoderStep {
       TORCH_CHECK(0 <= slots[r] && slots[r] < self_kv.size(0), "slot ", slots[r], " outside the cache");
     }
 
-    // section 3.4 / 3.5: embedding * sqrt(D) + position t
+    // sections 3.4 and 3.5, as Transformer.embed: (embedding * sqrt(D)) + position t
     const auto f32 = tokens.options().dtype(at::kFloat);
     at::Tensor x = at::empty({N, D}, f32);
-    float* xp = x.data_ptr<float>();  // section 3.4 / 3.5, as Transformer.embed: (table * scale) + position
+    float* xp = x.data_ptr<float>();
     const float* emb = embedding_.data_ptr<float>();
     const float* pos = positions_.data_ptr<float>() + t * D;
     for (int64_t r = 0; r < N; ++r)

@@ -365,6 +365,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
     for (nmt::Int8Path path : nmt::runnable_int8_paths()) names.push_back(nmt::int8_path_name(path));
     return names;
   }, "the int8 product paths this CPU runs, fastest first");
+  module.def("int8_path", [] { return std::string(nmt::int8_path_name(nmt::best_int8_path())); },
+             "the int8 path products take: the fastest, or the one NMT_INT8_PATH names");
   module.def("int8_levels", [](const std::string& path) {
     return nmt::int8_levels(path.empty() ? nmt::best_int8_path() : nmt::int8_path_named(path));
   }, "activations are quantized to 0 .. levels on this path", py::arg("path") = "");

@@ -125,10 +125,11 @@ def available() -> bool:
 
 
 def int8_path() -> str | None:
-    """The fastest int8 product path this CPU runs ("avx512_vnni", "avx2" or "scalar";
-    model/cpu_int8.cpp), or None without the kernels (Int8Linear then runs its PyTorch twin)."""
+    """The int8 product path in use ("avx512_vnni", "avx2" or "scalar"; model/cpu_int8.cpp): the
+    fastest this CPU runs, or the one the environment variable NMT_INT8_PATH names; None without
+    the kernels (Int8Linear then runs its PyTorch twin)."""
     module = kernels()
-    return module.int8_paths()[0] if module is not None else None
+    return module.int8_path() if module is not None else None
 
 
 _STORAGE = (torch.float32, torch.bfloat16, torch.float16)

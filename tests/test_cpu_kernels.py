@@ -1,6 +1,7 @@
 """The C++ kernels (model/cpu_kernels.cpp) against their PyTorch twins."""
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -249,6 +250,20 @@ def test_int8_products_equal_their_twin_on_every_path(kernels, M, K, N):
         assert torch.equal(relu, y.clamp_min(0))
         for i in range(M):  # a row's product is its own
             assert torch.equal(int8.product(x[i:i + 1], path=path), y[i:i + 1])
+
+
+def test_the_environment_picks_another_int8_path(kernels):
+    import subprocess
+    import sys
+
+    show = "from model import cpu_kernels; print(cpu_kernels.int8_path())"
+    for path in kernels.int8_paths():
+        env = {**os.environ, "NMT_INT8_PATH": path}
+        out = subprocess.run([sys.executable, "-c", show], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == path
+    env = {**os.environ, "NMT_INT8_PATH": "sse9"}
+    out = subprocess.run([sys.executable, "-c", show], env=env, capture_output=True, text=True)
+    assert out.returncode != 0 and "int8 path sse9 does not run on this CPU; it runs " in out.stderr
 
 
 def test_int8_levels_follow_the_path(kernels):

@@ -6,7 +6,7 @@ against the PyTorch ops they replace, at the shapes of a beam 4 x 32 step of the
 
 With --dtype int8: our int8 products (model/cpu_int8.cpp) against fbgemm's dynamic int8
 (PyTorch's dynamic quantization, what Int8Linear ran before) and float32 F.linear; a whole decoder
-step of a random model of the shipped shape, fused (model/cpu_decoder.cpp) against the PyTorch
+step of a random model of the shipped shape, fused (model/cpu_fused.cpp) against the PyTorch
 step over the same int8 layers; and the search step after it (model/cpu_search.cpp) against its
 PyTorch twin.
 
@@ -106,7 +106,7 @@ def int8_rows(row, N: int, T: int, S: int, V: int, beams: int, g: torch.Generato
     import copy
     import warnings
 
-    from model.cpu_decoder import fuse_decoder_step
+    from model.cpu_fused import fuse
     from model.cpu_weights import Int8Linear, quantize_linear_int8
     from model.search import _select, select
     from model.transformer import ModelConfig, Transformer
@@ -126,7 +126,7 @@ def int8_rows(row, N: int, T: int, S: int, V: int, beams: int, g: torch.Generato
     config = ModelConfig(src_vocab_size=V, tgt_vocab_size=V, d_model=256, n_heads=8, d_ff=1024, encoder_layers=1,
                          decoder_layers=2, norm="pre", share_embeddings=True)
     model = quantize_linear_int8(Transformer(config).eval())
-    fused = fuse_decoder_step(copy.copy(model))  # the same modules; only its decode_step differs
+    fused = fuse(copy.copy(model))  # the same modules; only its encode and decode_step differ
     with torch.inference_mode():
         memory, mask = model.encode(torch.randint(4, V, (N // beams, S), generator=g))
     tokens = torch.randint(4, V, (N,), generator=g)

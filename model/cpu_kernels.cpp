@@ -8,8 +8,8 @@
 //              top m over the row, then the sum of exp for the normalisation (log_softmax is
 //              never written out).
 //
-// The int8 products are in cpu_int8.cpp, the fused decoder step in cpu_decoder.cpp, a beam search
-// step in cpu_search.cpp; this file defines the extension module of all four.
+// The int8 products are in cpu_int8.cpp, a beam search step in cpu_search.cpp, an int8 model's
+// encoder and decoder step as single calls in cpu_fused.cpp; this file defines the module of all four.
 //
 // Arithmetic is float32 whatever the storage type (float, bfloat16, half); exp is ATen's
 // vectorised one. Shapes: B batch, H heads, Tq queries, Tk keys, Dh head size, N rows, V vocab.
@@ -370,6 +370,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("int8_levels", [](const std::string& path) {
     return nmt::int8_levels(path.empty() ? nmt::best_int8_path() : nmt::int8_path_named(path));
   }, "activations are quantized to 0 .. levels on this path", py::arg("path") = "");
-  nmt::define_decoder_step(module);
+  nmt::define_fused(module);
   module.attr("vector_size") = static_cast<int64_t>(nmt::Vec::size());  // floats per vector register
 }

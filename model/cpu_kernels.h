@@ -1,5 +1,5 @@
-// What the CPU kernel files share (model/cpu_kernels.cpp, cpu_int8.cpp, cpu_decoder.cpp); one
-// extension module, defined in cpu_kernels.cpp.
+// What the CPU kernel files share (model/cpu_kernels.cpp, cpu_int8.cpp, cpu_search.cpp, cpu_fused.cpp);
+// one extension module, defined in cpu_kernels.cpp.
 #pragma once
 
 #include <torch/extension.h>
@@ -76,9 +76,9 @@ std::tuple<std::vector<at::Tensor>, bool, bool> beam_step(const at::Tensor& logi
                                                           const std::vector<int64_t>& banned, int64_t eos_id,
                                                           double length_penalty);
 
-// ---- cpu_decoder.cpp -------------------------------------------------------------------------
+// ---- cpu_fused.cpp ---------------------------------------------------------------------------
 
-// adds the DecoderStep class to the extension module
-void define_decoder_step(py::module& module);
+// adds the Encoder and DecoderStep classes (an int8 model's encoder and decoder step) to the module
+void define_fused(py::module& module);
 
 }  // namespace nmt

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 _HERE = Path(__file__).parent
 # one extension module; the header is not a source torch's loader tracks, so its hash goes in a flag
-_SOURCES = [_HERE / name for name in ("cpu_kernels.cpp", "cpu_int8.cpp", "cpu_decoder.cpp", "cpu_search.cpp")]
+_SOURCES = [_HERE / name for name in ("cpu_kernels.cpp", "cpu_int8.cpp", "cpu_search.cpp", "cpu_fused.cpp")]
 _HEADER = _HERE / "cpu_kernels.h"
 # what torch.backends.cpu.get_cpu_capability() says -> the flags torch builds that level with
 _CAPABILITY_FLAGS = {

@@ -284,8 +284,8 @@ class Transformer(nn.Module):
         if c.tie_output:
             self.output_proj.weight = self.tgt_embed.weight
         self.embed_scale = math.sqrt(c.d_model) if c.scale_embedding else 1.0
-        # decode_step in one call, set by model/cpu_decoder.py for int8 models on the CPU
-        self.fused_step = None
+        # encode and decode_step in one call each, set by model/cpu_fused.py for int8 models on the CPU
+        self.fused = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -308,6 +308,8 @@ class Transformer(nn.Module):
         """src: (B, S) token ids, PAD-padded. Returns memory (B, S, D) and src_mask (B, 1, 1, S)."""
         if src.size(1) > self.config.max_positions:
             raise ValueError(f"source has {src.size(1)} tokens; the model accepts at most {self.config.max_positions}")
+        if self.fused is not None and not torch.is_grad_enabled():
+            return self.fused.encode(src)
         src_mask = (src != self.config.pad_id)[:, None, None, :]
         x = self.embed(self.src_embed, src)
         for layer in self.encoder_layers:
@@ -358,8 +360,8 @@ class Transformer(nn.Module):
         t, g = cache.length, cache.group
         if t >= cache.capacity:
             raise ValueError(f"decoder cache is full ({cache.capacity} positions)")
-        if self.fused_step is not None and not torch.is_grad_enabled():
-            return self.fused_step(tokens, cache, need_weights)
+        if self.fused is not None and not torch.is_grad_enabled():
+            return self.fused.decode_step(tokens, cache, need_weights)
         x = self.embed(self.tgt_embed, tokens[:, None], start=t)  # (N, 1, D)
         cache.table[:, t] = cache.slot
         history = cache.table[:, : t + 1]  # (N, t + 1) the slot of each position

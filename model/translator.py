@@ -17,7 +17,7 @@ from torch import Tensor
 
 from model import cpu_kernels
 from model.checkpoint import load_checkpoint
-from model.cpu_decoder import can_fuse, fuse_decoder_step
+from model.cpu_fused import can_fuse, fuse
 from model.cpu_weights import can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
 from model.search import beam_search
 
@@ -81,8 +81,8 @@ class Translator:
                 raise ValueError("dtype int8 (int8 Linear layers) runs on the CPU only")
             model, self.tokenizer, self.metadata = load_checkpoint(Path(model_dir), self.device, "float32")
             self.model = quantize_linear_int8(model)
-            if can_fuse(self.model):  # the decoder step in one C++ call
-                fuse_decoder_step(self.model)
+            if can_fuse(self.model):  # the encoder and the decoder step in one C++ call each
+                fuse(self.model)
         else:
             self.model, self.tokenizer, self.metadata = load_checkpoint(Path(model_dir), self.device, dtype)
             if prepack and can_prepack_bf16(self.model):

@@ -1,4 +1,6 @@
-"""The fused decoder step (model/cpu_decoder.cpp) against the PyTorch decode_step it replaces."""
+"""An int8 model's fused encoder and decoder step (model/cpu_fused.cpp) against the PyTorch
+encode and decode_step they replace: the same arithmetic, so the same results bit for bit (an
+activation that came out a last bit apart could round to another int8 level)."""
 
 import copy
 import threading
@@ -7,7 +9,7 @@ import pytest
 import torch
 
 from model import cpu_kernels
-from model.cpu_decoder import can_fuse, fuse_decoder_step
+from model.cpu_fused import can_fuse, fuse
 from model.cpu_weights import quantize_linear_int8
 from model.search import beam_search
 from model.transformer import ModelConfig, Transformer
@@ -21,7 +23,7 @@ def kernels():
 
 
 def int8_pair(norm="pre", activation="relu", seed=0, **overrides):
-    """An int8 model with the PyTorch step, and the same modules with the fused step."""
+    """An int8 model with the PyTorch encoder and step, and the same modules with the fused ones."""
     options = dict(src_vocab_size=50, tgt_vocab_size=60, d_model=64, n_heads=4, d_ff=96, encoder_layers=2,
                    decoder_layers=3, norm=norm, activation=activation, dropout=0.0, max_positions=64)
     options.update(overrides)
@@ -29,16 +31,33 @@ def int8_pair(norm="pre", activation="relu", seed=0, **overrides):
     model = quantize_linear_int8(Transformer(ModelConfig(**options)).eval())
     for p in model.parameters():  # LayerNorms and biases away from their initial 1 and 0
         p.data += 0.1 * torch.randn_like(p)
-    fused = fuse_decoder_step(copy.copy(model))  # shares every module; only the step differs
-    assert model.fused_step is None and fused.fused_step is not None
+    fused = fuse(copy.copy(model))  # shares every module; only encode and decode_step differ
+    assert model.fused is None and fused.fused is not None
     return model, fused
 
 
-@pytest.mark.parametrize("norm, activation", [("pre", "relu"), ("post", "relu"), ("pre", "gelu"), ("post", "swish")])
+NORMS_AND_ACTIVATIONS = [("pre", "relu"), ("post", "relu"), ("pre", "gelu"), ("post", "swish")]
+
+
+@pytest.mark.parametrize("norm, activation", NORMS_AND_ACTIVATIONS)
+def test_fused_encoder_equals_the_pytorch_encoder(norm, activation):
+    model, fused = int8_pair(norm, activation)
+    g = torch.Generator().manual_seed(2)
+    for B, S in [(1, 1), (3, 9), (2, 40)]:
+        src = torch.randint(4, 50, (B, S), generator=g)
+        src[-1, S // 2 + 1:] = 0  # padding
+        with torch.inference_mode():
+            (expected, expected_mask), (memory, mask) = model.encode(src), fused.encode(src)
+        assert memory.shape == (B, S, 64) and torch.equal(mask, expected_mask)
+        assert torch.equal(memory, expected)
+    with pytest.raises(RuntimeError, match="vocabulary"), torch.inference_mode():
+        fused.encode(torch.tensor([[4, 50]]))
+
+
+@pytest.mark.parametrize("norm, activation", NORMS_AND_ACTIVATIONS)
 def test_fused_step_equals_the_pytorch_step(norm, activation):
     """Logits and attention step by step, through beam reorders and a source leaving the batch,
-    with both steps writing their own copy of the cache: bit for bit the same arithmetic (an
-    activation that came out a last bit apart could round to another int8 level)."""
+    with both steps writing their own copy of the cache."""
     model, fused = int8_pair(norm, activation)
     g = torch.Generator().manual_seed(1)
     src = torch.randint(4, 50, (3, 9), generator=g)
@@ -65,7 +84,7 @@ def test_fused_step_equals_the_pytorch_step(norm, activation):
                 c.reorder(rows, sources)
 
 
-def test_beam_search_with_the_fused_step_finds_the_same_hypotheses():
+def test_beam_search_with_fused_calls_finds_the_same_hypotheses():
     model, fused = int8_pair("pre", "relu", seed=3)
     g = torch.Generator().manual_seed(2)
     src = torch.randint(4, 50, (4, 11), generator=g)
@@ -87,7 +106,7 @@ def test_only_int8_cpu_models_with_a_kernel_head_size_fuse():
     float32 = Transformer(ModelConfig(**options)).eval()
     assert not can_fuse(float32)
     with pytest.raises(ValueError, match="int8"):
-        fuse_decoder_step(float32)
+        fuse(float32)
     assert can_fuse(quantize_linear_int8(float32))
     odd_heads = quantize_linear_int8(Transformer(ModelConfig(**{**options, "n_heads": 8})).eval())  # 8 per head
     assert not can_fuse(odd_heads)
@@ -112,19 +131,19 @@ def int8_checkpoint(tmp_path_factory):
     return make_tiny_checkpoint(tmp_path_factory.mktemp("fused"), seed=4, d_ff=128)
 
 
-def test_the_int8_translator_fuses_its_step_and_threads_share_it(int8_checkpoint):
+def test_the_int8_translator_fuses_and_threads_share_the_fused_calls(int8_checkpoint):
     translator = Translator(int8_checkpoint, device="cpu", dtype="int8")
-    assert translator.model.fused_step is not None
+    assert translator.model.fused is not None
     texts = ["Open the file.", "Save your changes now please.", "Print.", "Close the window and the dialog.",
              "Hello world.", "Click the button to print the document."]
     fused = translator.translate(texts, beam_size=3, n_best=2, return_attention=True)
-    translator.model.fused_step = None
+    fused_calls, translator.model.fused = translator.model.fused, None
     reference = translator.translate(texts, beam_size=3, n_best=2, return_attention=True)
-    translator.model.fused_step = Translator(int8_checkpoint, device="cpu", dtype="int8").model.fused_step
+    translator.model.fused = fused_calls
     for a, b in zip(fused, reference):
         assert [h.token_ids for h in a.hypotheses] == [h.token_ids for h in b.hypotheses]
         assert torch.equal(a.hypotheses[0].attention, b.hypotheses[0].attention)
-    # the step object is shared by threads decoding side by side (Translator.translate(parallel=N))
+    # the fused calls are shared by threads decoding side by side (Translator.translate(parallel=N))
     results = {}
 
     def run(i):

@@ -73,7 +73,10 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
     except Exception as e:
         _send(conn, ("failed", f"loading models failed: {type(e).__name__}: {e}"))
         return
-    _send(conn, ("ready", os.getpid(), any(t.cpu_kernels for t in translators.values())))
+    features = {"cpu_kernels": any(t.cpu_kernels for t in translators.values()),
+                "fused": any(t.model.fused is not None for t in translators.values()),
+                "int8_path": next((t.int8_path for t in translators.values() if t.int8_path), None)}
+    _send(conn, ("ready", os.getpid(), features))
     while True:
         try:
             message = _recv(conn)
@@ -111,6 +114,8 @@ class Worker:
     state: str = "stopped"  # starting | idle | busy | restarting | failed | stopped
     reason: str = ""
     cpu_kernels: bool = False  # whether its translators run the C++ CPU kernels (model/cpu_kernels.py)
+    fused: bool = False  # whether an int8 model's encoder and decoder step run as one C++ call each
+    int8_path: str | None = None  # which int8 product path (model/cpu_int8.cpp), when int8
     restarts: int = 0
     process: Any = None
     conn: Any = None
@@ -168,7 +173,8 @@ class WorkerPool:
             except Exception as e:  # e.g. spawn refused: never leave the worker "starting" silently
                 reply = ("failed", f"could not start: {type(e).__name__}: {e}")
             if reply[0] == "ready":
-                w.state, w.reason, w.cpu_kernels = "idle", "", reply[2]
+                w.state, w.reason = "idle", ""
+                w.cpu_kernels, w.fused, w.int8_path = reply[2]["cpu_kernels"], reply[2]["fused"], reply[2]["int8_path"]
                 self._idle.put_nowait(w)
                 return
             self._kill(w)
@@ -178,7 +184,7 @@ class WorkerPool:
             delay = min(delay * 2, 30.0)
 
     async def _spawn(self, w: Worker):
-        """Start w's process; returns its first message: ("ready", pid, cpu_kernels) or ("failed", why)."""
+        """Start w's process; returns its first message: ("ready", pid, features) or ("failed", why)."""
         parent, child = self._context.Pipe()
         w.conn = parent
         w.process = self._context.Process(

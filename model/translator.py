@@ -90,6 +90,8 @@ class Translator:
         self.config = self.model.config
         # built or loaded now rather than in the first request; False: PyTorch ops only
         self.cpu_kernels = self.device.type == "cpu" and cpu_kernels.available()
+        # the int8 product path ("avx512_vnni", "avx2", "scalar"), or None: not int8, or no kernels
+        self.int8_path = cpu_kernels.int8_path() if dtype == "int8" else None
         self.max_length_a, self.max_length_b = max_length_a, max_length_b
         self.max_length_cap = min(max_length_cap, self.config.max_positions)
 

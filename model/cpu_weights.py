@@ -110,7 +110,7 @@ class Int8Linear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.q, self.scale, self.qsum = pack_int8(linear.weight)
         self.bias = None if linear.bias is None else linear.bias.detach().float().clone()
-        self._q64 = None  # (N, K) float64 q, made for the PyTorch twin when it first runs
+        self._q = None  # (N, K) q as floats, made for the PyTorch twin when it first runs
 
     def forward(self, x: Tensor) -> Tensor:  # (..., in_features) -> (..., out_features)
         return self.product(x.reshape(-1, self.in_features)).view(*x.shape[:-1], self.out_features)
@@ -124,15 +124,16 @@ class Int8Linear(nn.Module):
 
     def twin(self, rows: Tensor, levels: int, relu: bool = False) -> Tensor:
         """The kernel's arithmetic in PyTorch ops: each row quantized to 0 .. levels, the integer
-        sums in float64 (exact, so a row's result does not depend on its batch, as the kernel's),
-        then the same scaling up to float rounding."""
-        if self._q64 is None:
-            self._q64 = unpack_int8(self.q, self.out_features, self.in_features).double()
+        sums exact (float32 where no sum can pass 2^24, else float64), so that a row's result
+        does not depend on its batch, as the kernel's; then the same scaling up to float rounding."""
+        exact = torch.float32 if self.in_features * levels * 127 < 2**24 else torch.float64
+        if self._q is None or self._q.dtype != exact:
+            self._q = unpack_int8(self.q, self.out_features, self.in_features).to(exact)
         lo, hi = torch.aminmax(rows, dim=1, keepdim=True)                        # (M, 1) each
         span = hi - lo
         inv = torch.where(span > 0, levels / span, torch.zeros_like(span))
         a = ((rows - lo) * inv + 0.5).clamp_max_(levels).floor_()                # (M, K) in 0 .. levels
-        sums = (a.double() @ self._q64.T).float()                                # (M, N), exact integers
+        sums = (a.to(exact) @ self._q.T).float()                                 # (M, N), exact integers
         y = sums * (span / levels * self.scale) + lo * self.qsum
         if self.bias is not None:
             y += self.bias

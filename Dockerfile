@@ -108,7 +108,7 @@ LABEL org.opencontainers.image.title="nmt-service" \
       org.opencontainers.image.licenses="Apache-2.0" \
       nmt.torch-variant="${TORCH_VARIANT}"
 
-# g++: torch's extension loader compiles the CPU kernels (model/cpu_kernels.cpp) for the CPU the
+# g++: torch's extension loader compiles the CPU kernels (model/cpu_*.cpp) for the CPU the
 # container runs on; they are built below for the build host's CPU and rebuilt at start only
 # where the CPU's vector instructions differ (without g++ decoding falls back to PyTorch ops).
 # The Python headers come with python:3.11-slim; python3-dev only where an image lacks them.

@@ -5,10 +5,10 @@ against the PyTorch ops they replace, at the shapes of a beam 4 x 32 step of the
     .venv/bin/python bench/kernels.py [--dtype bfloat16|float32|int8] [--rows 128] [--threads 1]
 
 With --dtype int8: our int8 products (model/cpu_int8.cpp) against fbgemm's dynamic int8
-(PyTorch's dynamic quantization, what Int8Linear ran before) and float32 F.linear; a whole decoder
-step of a random model of the shipped shape, fused (model/cpu_fused.cpp) against the PyTorch
-step over the same int8 layers; and the search step after it (model/cpu_search.cpp) against its
-PyTorch twin.
+(PyTorch's dynamic quantization, what Int8Linear ran before) and float32 F.linear; the encoder and
+a whole decoder step of a random model of the shipped shape, fused (model/cpu_fused.cpp) against
+PyTorch over the same int8 layers; and the search step after it (model/cpu_search.cpp) against
+its PyTorch twin.
 
 Prints microseconds per call (median of 7 runs of 200 calls) and the ratio.
 """
@@ -123,12 +123,15 @@ def int8_rows(row, N: int, T: int, S: int, V: int, beams: int, g: torch.Generato
         row(f"int8 Linear {d_in} -> {d_out}", lambda: ours(x), lambda: linear(x), "float32 F.linear")
     # the shipped model's shape, random weights: pre-norm, d 256, 8 heads, FFN 1024, 2 decoder layers
     torch.manual_seed(0)
-    config = ModelConfig(src_vocab_size=V, tgt_vocab_size=V, d_model=256, n_heads=8, d_ff=1024, encoder_layers=1,
+    config = ModelConfig(src_vocab_size=V, tgt_vocab_size=V, d_model=256, n_heads=8, d_ff=1024, encoder_layers=6,
                          decoder_layers=2, norm="pre", share_embeddings=True)
     model = quantize_linear_int8(Transformer(config).eval())
     fused = fuse(copy.copy(model))  # the same modules; only its encode and decode_step differ
+    src = torch.randint(4, V, (N // beams, S), generator=g)
     with torch.inference_mode():
-        memory, mask = model.encode(torch.randint(4, V, (N // beams, S), generator=g))
+        memory, mask = model.encode(src)
+        row("encoder", lambda: fused.encode(src), lambda: model.encode(src),
+            f"int8, 6 layers, {N // beams} x {S} tokens; the PyTorch encoder, same layers")
     tokens = torch.randint(4, V, (N,), generator=g)
 
     def step(m):

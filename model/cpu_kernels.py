@@ -1,12 +1,13 @@
-"""C++ kernels for a decoder step on the CPU (model/cpu_kernels.cpp), with PyTorch fallbacks.
+"""C++ kernels for decoding on the CPU (model/cpu_*.cpp, one extension module), with PyTorch twins.
 
-Two parts of a step run far below memory speed with PyTorch's CPU ops at decoding shapes
-(1 thread, bf16, 128 decoder rows, 8 heads of 32):
-- attention with one query per row (self-attention over a 30-position cache: SDPA ~450 us,
-  a per-(row, head) overhead) or a few (encoder-decoder attention, beams as queries: ~400 us);
-- choosing candidates: log_softmax over (128, 8000) logits plus a top-k per row, ~1.8 ms.
-The kernels do each in one or two passes over data in cache, in float32 arithmetic, with ATen's
-vector types (numbers: `bench/kernels.py`, BENCHMARKS.md).
+- cpu_kernels.cpp: attention with a few queries per head (a decoder step's self-attention over its
+  cache, and encoder-decoder attention with the beams as queries), and choosing candidates (the
+  best log-probabilities of each row without writing out log_softmax): PyTorch's CPU ops run
+  both far below memory speed at decoding shapes (numbers: `bench/kernels.py`, BENCHMARKS.md).
+- cpu_int8.cpp: int8 matrix products with activations quantized row by row (Int8Linear,
+  model/cpu_weights.py): AVX-512 VNNI, AVX2 or portable, chosen at run time.
+- cpu_search.cpp: beam search's step after the decoder (model/search.py, select).
+- cpu_fused.cpp: an int8 model's encoder and decoder step as one call each (model/cpu_fused.py).
 
 They are compiled on first use with torch's C++ extension loader (needs g++ and ninja; the
 result is cached under TORCH_EXTENSIONS_DIR, ~/.cache/torch_extensions by default) for the

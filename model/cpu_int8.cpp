@@ -150,12 +150,6 @@ void tile_scalar(const TileArgs& t) {
 
 // ---- the driver ------------------------------------------------------------------------------
 
-// Rows in tiles of MR (the last one smaller), features in groups of J blocks of 16. A group of
-// blocks is the outer loop: its weights (J * 16 * K bytes) stay in cache while every row tile
-// passes them.
-template <int MR, int J, template <int, int> class Tile>
-struct Driver;
-
 template <int MR, int J>
 struct VnniTile {
   static void run(const TileArgs& t) { tile_vnni<MR, J>(t); }
@@ -178,6 +172,9 @@ void run_rows(int64_t rows, const TileArgs& t) {
   Tile<MR, J>::run(t);
 }
 
+// Rows in tiles of MR (the last one smaller), features in groups of J blocks of 16. A group of
+// blocks is the outer loop: its weights (J * 16 * K bytes) stay in cache while every row tile
+// passes them.
 template <int MR, int J, template <int, int> class Tile>
 void gemm_blocks(const QuantizedRows& x, int64_t M, const Int8Weight& w, float* y, int64_t ldy, const Epilogue& e,
                  int64_t block_begin, int64_t block_end) {

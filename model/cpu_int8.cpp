@@ -19,7 +19,12 @@
 #include "cpu_kernels.h"
 
 #include <ATen/Parallel.h>
+
+// the vector paths are x86 code; elsewhere (ARM) only the portable one is built
+#if defined(__x86_64__) || defined(_M_X64)
+#define NMT_X86 1
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cstdlib>
@@ -53,6 +58,7 @@ inline float finish(float acc, float step, float scale, float lo, float qsum, fl
   return e.relu ? std::max(v, 0.f) : v;
 }
 
+#ifdef NMT_X86
 // ---- AVX-512 VNNI ----------------------------------------------------------------------------
 
 template <int MR, int J>
@@ -128,6 +134,8 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const TileArgs& t) {
   }
 }
 
+#endif  // NMT_X86
+
 // ---- portable ----------------------------------------------------------------------------------
 
 template <int MR, int J>
@@ -150,6 +158,7 @@ void tile_scalar(const TileArgs& t) {
 
 // ---- the driver ------------------------------------------------------------------------------
 
+#ifdef NMT_X86
 template <int MR, int J>
 struct VnniTile {
   static void run(const TileArgs& t) { tile_vnni<MR, J>(t); }
@@ -158,6 +167,7 @@ template <int MR, int J>
 struct Avx2Tile {
   static void run(const TileArgs& t) { tile_avx2<MR, J>(t); }
 };
+#endif
 template <int MR, int J>
 struct ScalarTile {
   static void run(const TileArgs& t) { tile_scalar<MR, J>(t); }
@@ -207,8 +217,10 @@ void gemm_blocks(const QuantizedRows& x, int64_t M, const Int8Weight& w, float* 
 void gemm(const QuantizedRows& x, int64_t M, const Int8Weight& w, float* y, int64_t ldy, const Epilogue& e,
           int64_t block_begin, int64_t block_end) {
   switch (x.path) {
+#ifdef NMT_X86
     case Int8Path::kAvx512Vnni: return gemm_blocks<4, 4, VnniTile>(x, M, w, y, ldy, e, block_begin, block_end);
     case Int8Path::kAvx2: return gemm_blocks<4, 1, Avx2Tile>(x, M, w, y, ldy, e, block_begin, block_end);
+#endif
     default: return gemm_blocks<2, 1, ScalarTile>(x, M, w, y, ldy, e, block_begin, block_end);
   }
 }
@@ -217,10 +229,12 @@ void gemm(const QuantizedRows& x, int64_t M, const Int8Weight& w, float* y, int6
 
 std::vector<Int8Path> runnable_int8_paths() {
   std::vector<Int8Path> paths;
+#ifdef NMT_X86
   if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
     paths.push_back(Int8Path::kAvx512Vnni);
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) paths.push_back(Int8Path::kAvx2);
+#endif
   paths.push_back(Int8Path::kScalar);
   return paths;
 }

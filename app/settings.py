@@ -33,8 +33,8 @@ class Settings(BaseSettings):
     dtype: Literal["auto", "float32", "float16", "bfloat16", "int8"] = Field(
         "auto", description="Weights and activations dtype. auto: bfloat16 on CUDA GPUs from Ampere on and CPUs "
         "with AMX; int8 on other CPUs with AVX-512 VNNI or AVX2; else bfloat16 where the CPU computes it natively, "
-        "else float32. int8: int8 Linear layers with activations quantized row by row and the decoder step in one "
-        "C++ call, CPU only.")
+        "else float32. int8: int8 Linear layers with activations quantized row by row, the encoder and each decoder "
+        "step as one C++ call, CPU only.")
     workers: int = Field(0, ge=0, le=64, description="Model worker processes. 0: one per GPU on CUDA; on CPU, "
                          "cores // threads_per_worker.")
     threads_per_worker: int = Field(0, ge=0, le=256, description="torch intra-op threads in each CPU worker. "

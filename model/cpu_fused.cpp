@@ -74,7 +74,7 @@ class Stack {
   // out (M, n) = in (M, k) W^T + b: stored, or added to what out holds (a residual); ReLU if asked
   void product(const at::Tensor& in, const Linear& linear, float* out, bool accumulate, bool relu = false) const {
     const Int8Weight w = linear.weight();
-    QuantizedRows rows;
+    thread_local QuantizedRows rows;  // reused product after product (each thread its own)
     quantize_rows(in.data_ptr<float>(), in.size(0), in.size(1), in.stride(0), best_int8_path(), rows);
     int8_matmul(rows, in.size(0), w, out, w.N, Epilogue{relu, accumulate});
   }

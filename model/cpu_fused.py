@@ -53,7 +53,7 @@ class FusedInt8Model:
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src (B, S) -> memory (B, S, D) and src_mask (B, 1, 1, S)."""
-        memory, src_mask = self.encoder.forward(src)
+        memory, src_mask = self.encoder.forward(src)  # a list of two tensors from C++
         return memory, src_mask
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache, need_weights: bool = False):

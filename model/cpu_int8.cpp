@@ -270,7 +270,7 @@ Int8Path int8_path_named(const std::string& name) {
 void quantize_rows(const float* x, int64_t M, int64_t K, int64_t ldx, Int8Path path, QuantizedRows& out) {
   out.path = path;
   out.row_bytes = (K + 3) / 4 * 4;
-  out.a.assign(M * out.row_bytes, 0);  // padding inputs stay 0 (their weights are 0 too)
+  out.a.resize(M * out.row_bytes);  // a reused buffer keeps its memory: no allocation per product
   out.step.resize(M);
   out.lo.resize(M);
   const float levels = static_cast<float>(int8_levels(path));
@@ -283,6 +283,7 @@ void quantize_rows(const float* x, int64_t M, int64_t K, int64_t ldx, Int8Path p
     for (int64_t k = 0; k < K; ++k) {  // round half up: every value here is >= 0
       a[k] = static_cast<uint8_t>(std::min(levels, (row[k] - lo) * inv + 0.5f));
     }
+    std::fill(a + K, a + out.row_bytes, 0);  // padding inputs are 0 (their weights are 0 too)
     out.step[m] = span / levels;
     out.lo[m] = lo;
   }
@@ -316,7 +317,7 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& q, const at::Tenso
               "x must be a (M, K) float32 CPU tensor with contiguous rows");
   const Int8Weight w = int8_weight(q, scale, qsum, bias);
   TORCH_CHECK((x.size(1) + 3) / 4 == w.K4, "x has ", x.size(1), " inputs a row; the weight takes ", w.K4 * 4);
-  QuantizedRows rows;
+  thread_local QuantizedRows rows;  // reused call after call (each thread its own)
   quantize_rows(x.data_ptr<float>(), x.size(0), x.size(1), x.stride(0), path.empty() ? best_int8_path() : int8_path_named(path),
                 rows);
   at::Tensor y = at::empty({x.size(0), w.N}, x.options());

@@ -143,7 +143,7 @@ def select(logits: Tensor, run_scores: Tensor, pool_scores: Tensor, pool_ref: Te
     unless it is full; the best k that do not end continue. Also returns whether any sentence is
     done (its pool full, or its cap reached) and whether every beam continues itself (no reorder).
     On the CPU one C++ call (model/cpu_search.cpp), else PyTorch ops (`_select`)."""
-    if cpu_kernels.handles_logits(logits) and run_scores.device.type == "cpu":
+    if cpu_kernels.handles_logits(logits):
         out, any_done, in_place = cpu_kernels.kernels().beam_step(
             logits, run_scores, pool_scores, pool_ref, max_len, t, list(banned), eos_id, length_penalty)
         return _Selection(*out), any_done, in_place

@@ -8,18 +8,29 @@ escaping the (translated) text.
 The model was trained on single sentences and has a token limit, so a paragraph is translated
 sentence by sentence. Text that has no letter (numbers, punctuation, emoji, whitespace) is never
 translated.
+
+`split_document` is what the LibreTranslate route uses: with a model that has sentinels for
+protected spans (model/protect.py), a document's placeholders, URLs and, in HTML, its inline tags
+(`<b>`, `<a href>`, `<span>`, ...) become sentinels before it is split, so `Click <b>Print</b> to
+print.` is one sentence to the model, and every tag comes back as written.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from html import escape, unescape
 from html.parser import HTMLParser
+
+from model import protect
 
 # Their content is code or preformatted: never translated (nor anything inside them).
 KEPT_ELEMENTS = {"script", "style", "code", "pre", "textarea"}
 VOID_ELEMENTS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source",
                  "track", "wbr"}
+# Elements inside a sentence: with sentinels their tags travel through the model with the text.
+INLINE_ELEMENTS = {"a", "abbr", "b", "bdi", "bdo", "cite", "data", "del", "dfn", "em", "font", "i", "ins", "mark",
+                   "q", "s", "small", "span", "strong", "sub", "sup", "time", "u"}
 
 _OPENERS = "\"'“‘„«‹(["
 _CLOSERS = "\"'”’»›)]"
@@ -111,6 +122,7 @@ class _Scanner(HTMLParser):
         super().__init__(convert_charrefs=True)
         self.line_starts = [0] + [m.end() for m in re.finditer("\n", document)]
         self.parts: list[tuple[int, str | None]] = []  # (start, text to translate or None)
+        self.inline: set[int] = set()  # starts of the tags of inline elements outside kept content
         self.open: list[tuple[str, bool]] = []  # open elements, and whether their content is kept
         self.feed(document)
         self.close()
@@ -128,6 +140,8 @@ class _Scanner(HTMLParser):
 
     def handle_starttag(self, tag, attrs):
         self._markup()
+        if tag in INLINE_ELEMENTS and not self._keeping and not _keeps_content(tag, attrs):
+            self.inline.add(self.parts[-1][0])
         if tag not in VOID_ELEMENTS:
             self.open.append((tag, self._keeping or _keeps_content(tag, attrs)))
 
@@ -136,6 +150,8 @@ class _Scanner(HTMLParser):
 
     def handle_endtag(self, tag):
         self._markup()
+        if tag in INLINE_ELEMENTS and not self._keeping:
+            self.inline.add(self.parts[-1][0])
         names = [name for name, _ in self.open]
         if tag in names:  # a stray end tag closes nothing; an end tag closes what was left open inside
             del self.open[len(names) - 1 - names[::-1].index(tag):]
@@ -156,13 +172,15 @@ class _Scanner(HTMLParser):
         self._markup()
 
 
-def _runs(document: str) -> list[tuple[str, str | None]]:
+def _runs(document: str, inline: set[int] | None = None) -> list[tuple[str, str | None]]:
     """The document as (raw, text) parts: text is the decoded text of a run between tags, or None
-    for markup and for text kept as written. Joining the raw parts gives back the document."""
+    for markup and for text kept as written. Joining the raw parts gives back the document.
+    With `inline` (a set), the indices of the runs that are inline tags are added to it."""
     try:
-        parts = _Scanner(document).parts
+        scanner = _Scanner(document)
     except AssertionError:  # HTMLParser's answer to some malformed declarations, e.g. <![x[
         return [(document, None)]
+    parts = scanner.parts
     if not parts or parts[0][0] > 0:
         parts.insert(0, (0, None))
     runs: list[tuple[str, str | None]] = []
@@ -172,6 +190,8 @@ def _runs(document: str) -> list[tuple[str, str | None]]:
         if text is not None and runs and runs[-1][1] is not None:  # text arrives in pieces ("a ", "<", " b")
             raw, text = runs[-1][0] + raw, runs[-1][1] + text
             runs.pop()
+        if inline is not None and start in scanner.inline:
+            inline.add(len(runs))
         runs.append((raw, text))
     return runs
 
@@ -210,3 +230,109 @@ def split_html_sentences(document: str) -> tuple[list[str], list[str]]:
         between += [escape(gap, quote=False) for gap in gaps[1:]]
         between[-1] += after
     return between, sentences
+
+
+# --- documents with protected spans -------------------------------------------------------------
+
+@dataclass
+class Document:
+    """A text or HTML document cut for the model: `sentences` (masked: sentinel k stands for
+    spans[k]) and what lies `between` them, final (spans put back, HTML escaped)."""
+
+    between: list[str]
+    sentences: list[str]
+    spans: list[str]
+    html: bool
+
+    def join(self, translations: list[str]) -> str:
+        """The document with each sentence replaced by its translation (masked like the sentence)."""
+        texts = [escape(t, quote=False) if self.html else t for t in translations]
+        return interleave(self.between, [protect.unmask(t, self.spans) for t in texts])
+
+    @property
+    def text(self) -> str:
+        """Its translatable text, spans put back (what language detection reads)."""
+        return " ".join(protect.unmask(s, self.spans) for s in self.sentences)
+
+
+def split_document(document: str, html: bool, spans: bool) -> Document:
+    """Sentences to translate and the rest; with `spans`, protected spans masked first (and, in
+    HTML, inline tags too: a sentence runs across them)."""
+    if not html:
+        masked = protect.mask(document) if spans else protect.Masked(document)
+        gaps, sentences = split_sentences(masked.text)
+        return Document([protect.unmask(g, masked.spans) for g in gaps], sentences, masked.spans, False)
+    if not spans:
+        between, sentences = split_html_sentences(document)
+        return Document(between, sentences, [], True)
+    between, segments, all_spans = [""], [], []
+    for segment in _segments(document):
+        if isinstance(segment, str):
+            between[-1] += segment
+            continue
+        masked = _mask_segment(segment, len(all_spans))
+        all_spans += masked.spans[len(all_spans):]
+        core = masked.text.strip()
+        lead, trail = masked.text[:len(masked.text) - len(masked.text.lstrip())], masked.text[len(masked.text.rstrip()):]
+        gaps, sentences = split_sentences(core)
+        segments += sentences
+        between[-1] += lead + protect.unmask(escape(gaps[0], quote=False), all_spans)
+        between += [protect.unmask(escape(g, quote=False), all_spans) for g in gaps[1:]]
+        between[-1] += trail
+    return Document(between, segments, all_spans, True)
+
+
+def _segments(document: str) -> list[str | list[tuple[str, str | None]]]:
+    """The document as markup (str) and segments: runs of text and inline tags that read as one
+    text, each a list of (raw, decoded text or None for a tag), with no tag at either end."""
+    inline: set[int] = set()
+    runs = _runs(document, inline)
+    out: list[str | list[tuple[str, str | None]]] = []
+    current: list[tuple[str, str | None]] = []
+
+    def flush():
+        trailing = []
+        while current and current[-1][1] is None:  # tags at the end stay outside
+            trailing.insert(0, current.pop()[0])
+        if current and translatable("".join(t for _, t in current if t)):
+            out.append(list(current))
+        elif current:
+            out.append("".join(raw for raw, _ in current))
+        out.extend(trailing)
+        current.clear()
+
+    for index, (raw, text) in enumerate(runs):
+        usable_text = text is not None and unescape(raw) == text
+        if usable_text or (index in inline and current):
+            current.append((raw, text if usable_text else None))
+        else:
+            flush()
+            out.append(raw)
+    flush()
+    tags = sum(1 for part in out if isinstance(part, list) for _, t in part if t is None)
+    if tags > protect.MAX_SPANS:  # too much markup for the sentinels: text runs one by one, as without them
+        return _split_runs(runs)
+    return out
+
+
+def _split_runs(runs: list[tuple[str, str | None]]) -> list[str | list[tuple[str, str | None]]]:
+    return [[(raw, text)] if text is not None and unescape(raw) == text and translatable(text) else raw
+            for raw, text in runs]
+
+
+def _mask_segment(segment: list[tuple[str, str | None]], first: int) -> protect.Masked:
+    """A segment's text with sentinels first, first + 1, ... for its spans: an inline tag is a span
+    kept as written; a placeholder, URL, ... in the text is one kept escaped, as it was."""
+    pieces, spans = [], [""] * first
+    for raw, text in segment:
+        if text is None or len(spans) >= protect.MAX_SPANS:
+            if len(spans) < protect.MAX_SPANS:
+                pieces.append(protect.sentinel(len(spans)))
+                spans.append(raw)
+            else:  # no sentinel left: the tag goes in as text (the model may garble it)
+                pieces.append(unescape(raw))
+            continue
+        masked = protect.mask(text, first=len(spans))
+        pieces.append(masked.text)
+        spans += [escape(span, quote=False) for span in masked.spans[len(spans):]]
+    return protect.Masked("".join(pieces), spans)

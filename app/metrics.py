@@ -32,6 +32,12 @@ class Metrics:
         self.items = Counter("nmt_translated_items", "Texts translated.", ["model"], registry=r)
         self.generated_tokens = Counter("nmt_generated_tokens", "Target tokens of returned hypotheses (EOS "
                                         "included).", ["model"], registry=r)
+        self.span_repairs = Counter("nmt_span_repairs", "Protected spans (placeholders, tags, URLs) a returned "
+                                    "hypothesis lacked and got back where the attention points (kind=inserted), "
+                                    "or repeated or unknown ones removed (kind=removed).", ["model", "kind"],
+                                    registry=r)
+        self.repaired = Counter("nmt_repaired_hypotheses", "Returned hypotheses that needed a span repair.",
+                                ["model"], registry=r)
         self.worker_busy = Counter("nmt_worker_busy_seconds", "Seconds each worker spent on batches.", ["worker"],
                                    registry=r)
         self.workers_alive = Gauge("nmt_workers_alive", "Workers able to take a batch.", registry=r)

@@ -52,11 +52,24 @@ class TranslateRequest(BaseModel):
         return self
 
 
+class SpanRepair(BaseModel):
+    inserted: list[str] = Field(description="Protected spans (placeholders, tags, URLs, e-mail addresses, Weblate "
+                                "masks) the model left out, put back before the target token whose attention "
+                                "weighed them most.", examples=[["%(name)s"]])
+    removed: list[str] = Field(description="Spans the model wrote more than once (one copy is kept) or that "
+                               "are not in the source.", examples=[[]])
+
+
+SPAN_REPAIR_DOC = ("Present when the model's output did not hold each protected span of the source exactly once "
+                   "and was repaired (every span is in the returned text, exactly as written).")
+
+
 class Alternative(BaseModel):
     text: str = Field(description="Another hypothesis, in n-best order.", examples=["Hallo, Welt."])
     score: float = Field(description="Its length-normalised log-probability.", examples=[-0.71])
     alignment_id: str | None = Field(None, description="Present when alignments were requested.",
                                      examples=["6f1c0c3d9a7e4b0f8e2d5a1b3c4d5e6f"])
+    span_repair: SpanRepair | None = Field(None, description=SPAN_REPAIR_DOC)
 
 
 class TranslationOut(BaseModel):
@@ -67,6 +80,7 @@ class TranslationOut(BaseModel):
                                             examples=[[]])
     alignment_id: str | None = Field(None, description="Present when alignments were requested.",
                                      examples=["0b7c3e5f2a9d4c1e8f6a2b4d6c8e0f1a"])
+    span_repair: SpanRepair | None = Field(None, description=SPAN_REPAIR_DOC)
     source_tokens: list[str] | None = Field(None, description="Source pieces (columns of attention), with "
                                             "'</s>'; present with include_attention.",
                                             examples=[["▁Hello", "▁world", ".", "</s>"]])

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from safetensors import safe_open
 
+from model import protect
 from model.checkpoint import CheckpointError
 from model.langid import LanguageIdentifier, load_profiles
 from model.tokenizer import Tokenizer
@@ -47,9 +48,18 @@ class ServedModel:
     def max_source_tokens(self) -> int:
         return self.config.max_positions
 
-    def encode(self, text: str) -> list[int]:
-        """Source ids, EOS included: exactly what the worker's Translator will decode."""
-        return self.tokenizer.encode_source(text)
+    @property
+    def protects_spans(self) -> bool:
+        """Whether its vocabulary has sentinels for placeholders, tags, URLs (model/protect.py)."""
+        return self.tokenizer.has_sentinels
+
+    def mask(self, text: str) -> protect.Masked:
+        """The text as the model reads it: its protected spans as sentinels (when it has them)."""
+        return protect.mask(text) if self.protects_spans else protect.Masked(text)
+
+    def encode(self, masked_text: str) -> list[int]:
+        """Source ids of a masked text, EOS included: exactly what the worker's Translator decodes."""
+        return self.tokenizer.encode_source(masked_text)
 
     def config_summary(self) -> dict:
         keys = ("d_model", "n_heads", "d_ff", "encoder_layers", "decoder_layers", "src_vocab_size",

@@ -24,6 +24,7 @@ from app.registry import Registry, ServedModel
 from app.scheduler import BatchKey, QueueFull, Scheduler, ShuttingDown
 from app.settings import Settings
 from app.worker import WorkerError, WorkerPool
+from model import protect
 from model.translator import TranslationResult, auto_dtype
 
 log = logging.getLogger("uvicorn.error")  # uvicorn configures this one; it is its server log
@@ -147,18 +148,19 @@ class Service:
                                f"at most {s.max_chars}")
 
     def encode_text(self, model: ServedModel, text: str, name: str) -> list[int]:
-        """Token ids of one text, or a 400 naming it (`name`) and the model's limit (never truncated)."""
+        """Token ids of one masked text, or a 400 naming it (`name`) and the model's limit (never truncated)."""
         ids = model.encode(text)
         if len(ids) > model.max_source_tokens:
             raise ApiError(400, f"{name} has {len(ids)} tokens (end of sentence included); model {model.id} "
                            f"accepts at most {model.max_source_tokens}: split the text")
         return ids
 
-    def encode(self, model: ServedModel, texts: list[str], field: str) -> list[list[int]]:
-        """Token ids of each text, each translated as one sequence; a 400 when check_texts or the
-        model's token limit refuses one."""
+    def encode(self, model: ServedModel, texts: list[str], field: str) -> tuple[list[protect.Masked], list[list[int]]]:
+        """Each text masked (its protected spans as sentinels) and its token ids, each translated as
+        one sequence; a 400 when check_texts or the model's token limit refuses one."""
         self.check_texts(texts, field)
-        return [self.encode_text(model, text, item_name(field, i, len(texts))) for i, text in enumerate(texts)]
+        masked = [model.mask(text) for text in texts]
+        return masked, [self.encode_text(model, m.text, item_name(field, i, len(texts))) for i, m in enumerate(masked)]
 
     async def translate(self, request: Request, key: BatchKey, sources: list[list[int]]) -> Outcome:
         try:
@@ -192,4 +194,8 @@ class Service:
         m.items.labels(key.model).inc(len(results))
         m.generated_tokens.labels(key.model).inc(
             sum(len(h.token_ids) + h.ended_with_eos for r in results for h in r.hypotheses))
+        hypotheses = [h for r in results for h in r.hypotheses]
+        m.span_repairs.labels(key.model, "inserted").inc(sum(len(h.spans_inserted) for h in hypotheses))
+        m.span_repairs.labels(key.model, "removed").inc(sum(len(h.spans_removed) for h in hypotheses))
+        m.repaired.labels(key.model).inc(sum(h.repaired for h in hypotheses))
         return Outcome(results, queue_s, compute_s)

@@ -52,7 +52,8 @@ def register(subparsers) -> None:
     p.set_defaults(func=translate_command)
 
     # the other model-side commands live beside the code they drive
-    from model import corpus, evaluate, langid, marian, train
+    from model import langid, marian
+    from training import corpus, evaluate, train
 
     for module in (marian, corpus, train, evaluate, langid):
         module.register(subparsers)

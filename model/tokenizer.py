@@ -13,6 +13,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from model.protect import SENTINELS
 from model.transformer import ModelConfig
 
 
@@ -26,6 +27,12 @@ class Tokenizer:
         self.source_pieces_by_id = None if source_vocab is None else {i: p for p, i in source_vocab.items()}
         self.target_pieces_by_id = None if target_vocab is None else {i: p for p, i in target_vocab.items()}
         self.special_ids = {config.pad_id, config.bos_id, config.eos_id, config.decoder_start_id}
+        # whether both vocabularies hold the sentinels of protected spans as single pieces
+        # (model/protect.py); models trained before them do not, and get their input unmasked
+        self.has_sentinels = source_vocab is None and target_vocab is None and all(
+            sp.piece_to_id(s) != sp.unk_id() for sp in (self.source_sp, self.target_sp) for s in SENTINELS)
+        self.sentinel_ids = {sp.piece_to_id(s) for sp in (self.source_sp, self.target_sp)
+                             for s in SENTINELS} if self.has_sentinels else set()
 
     @classmethod
     def from_dir(cls, directory: Path, config: ModelConfig) -> "Tokenizer":
@@ -59,6 +66,9 @@ class Tokenizer:
         if self.target_pieces_by_id is None:
             return [self.target_sp.id_to_piece(i) for i in ids]
         return [self.target_pieces_by_id.get(i, "<unk>") for i in ids]
+
+    def decode_pieces(self, pieces: list[str]) -> str:
+        return self.target_sp.decode_pieces(pieces)
 
     def decode_target(self, ids: list[int]) -> str:
         ids = [i for i in ids if i not in self.special_ids]

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from model import cpu_kernels
+from model import cpu_kernels, protect
 from model.checkpoint import load_checkpoint
 from model.cpu_fused import can_fuse, fuse
 from model.cpu_weights import can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
@@ -34,12 +34,21 @@ class Translation:
     ended_with_eos: bool  # False when the length cap stopped it
     attention: Tensor | None = None  # (layers, heads, target_len, source_len) incl. the EOS step
     target_tokens: list[str] | None = None  # the attention's rows: tokens (+ "</s>" when it ended with EOS)
+    # protected spans (placeholders, tags, URLs, ...; model/protect.py), by number: those the output
+    # lacked, put back where the attention points, and repeated or unknown ones that were removed
+    spans_inserted: list[int] = field(default_factory=list)
+    spans_removed: list[int] = field(default_factory=list)
+
+    @property
+    def repaired(self) -> bool:
+        return bool(self.spans_inserted or self.spans_removed)
 
 
 @dataclass
 class TranslationResult:
-    source_tokens: list[str]  # the attention's columns, EOS included
+    source_tokens: list[str]  # the attention's columns, EOS included (a span's sentinel shows its text)
     hypotheses: list[Translation] = field(default_factory=list)  # best first
+    spans: list[str] = field(default_factory=list)  # the protected spans of the source, in order
 
 
 def default_device() -> str:
@@ -100,7 +109,11 @@ class Translator:
         return self.config.max_positions
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode_source(text)
+        """Source ids of a text, its protected spans masked when the vocabulary has sentinels."""
+        return self.tokenizer.encode_source(self.mask(text).text)
+
+    def mask(self, text: str) -> protect.Masked:
+        return protect.mask(text) if self.tokenizer.has_sentinels else protect.Masked(text)
 
     def length_cap(self, source_len: int, max_length: int | None) -> int:
         """New target tokens allowed (EOS included): a * source length + b, within the hard cap."""
@@ -124,7 +137,8 @@ class Translator:
             raise ValueError(f"beam_size must be between 1 and {MAX_BEAM}, got {beam_size}")
         if not 1 <= n_best <= beam_size:
             raise ValueError(f"n_best must be between 1 and beam_size={beam_size}, got {n_best}")
-        ids = [self.encode(s) if isinstance(s, str) else list(s) for s in sources]
+        masked = [self.mask(s) if isinstance(s, str) else None for s in sources]
+        ids = [self.tokenizer.encode_source(m.text) if m else list(s) for m, s in zip(masked, sources)]
         for i, x in enumerate(ids):
             if not 1 <= len(x) <= self.max_source_tokens:
                 raise ValueError(f"source {i} has {len(x)} tokens; allowed: 1 to {self.max_source_tokens}")
@@ -137,8 +151,10 @@ class Translator:
             batches += [largest[: len(largest) // 2], largest[len(largest) // 2:]]
 
         def run(batch: list[int]):
+            # a repair places a missing span by the attention, so it is computed where spans are
+            attention = return_attention or any(self.has_sentinel(ids[i]) for i in batch)
             return self.translate_ids([ids[i] for i in batch], beam_size, n_best, length_penalty, max_length,
-                                      return_attention, min_length)
+                                      attention, min_length)
 
         if parallel > 1:
             with ThreadPoolExecutor(parallel) as pool:
@@ -148,7 +164,7 @@ class Translator:
         results: list[TranslationResult | None] = [None] * len(ids)
         for batch, hyps in zip(batches, outputs):
             for i, h in zip(batch, hyps):
-                results[i] = self.to_result(ids[i], h, return_attention)
+                results[i] = self.to_result(ids[i], h, return_attention, masked[i])
         return results  # type: ignore[return-value]
 
     @staticmethod
@@ -173,15 +189,47 @@ class Translator:
         return beam_search(self.model, src.to(self.device), beam_size, n_best, length_penalty,
                            caps.to(self.device), return_attention, min_length)
 
-    def to_result(self, source_ids: list[int], hyps, return_attention: bool) -> TranslationResult:
+    def has_sentinel(self, ids: list[int]) -> bool:
+        return self.tokenizer.has_sentinels and any(i in self.tokenizer.sentinel_ids for i in ids)
+
+    def to_result(self, source_ids: list[int], hyps, return_attention: bool,
+                  masked: protect.Masked | None = None) -> TranslationResult:
+        """Hypotheses as text; each holds the source's sentinels once (protect.repair), and with
+        `masked` (the source was text) their spans are put back."""
         tok = self.tokenizer
-        result = TranslationResult(source_tokens=tok.source_pieces(source_ids))
+        source_pieces = tok.source_pieces(source_ids)
+        result = TranslationResult(source_tokens=source_pieces)
         for h in hyps:
             pieces = tok.target_pieces(h.token_ids)
-            t = Translation(tok.decode_target(h.token_ids), pieces, h.token_ids, h.score, h.log_prob,
-                            h.ended_with_eos)
+            t = Translation(tok.decode_target(h.token_ids), pieces, h.token_ids, h.score, h.log_prob, h.ended_with_eos)
+            if tok.has_sentinels and (self.has_sentinel(source_ids) or self.has_sentinel(h.token_ids)):
+                fixed = protect.repair(source_pieces, pieces, h.attention)
+                if fixed.changed:
+                    t.text, t.spans_inserted, t.spans_removed = tok.decode_pieces(fixed.pieces), fixed.inserted, fixed.removed
             if return_attention:
                 t.attention = h.attention.float().cpu()
                 t.target_tokens = pieces + (["</s>"] if h.ended_with_eos else [])
             result.hypotheses.append(t)
-        return result
+        return restore(result, masked.spans) if masked and masked.spans else result
+
+
+def restore(result: TranslationResult, spans: list[str]) -> TranslationResult:
+    """Put the protected spans back into a result's texts and tokens (in place): sentinel k
+    becomes spans[k]."""
+    result.spans = spans
+    result.source_tokens = show_spans(result.source_tokens, spans)
+    for h in result.hypotheses:
+        h.text = protect.unmask(h.text, spans)
+        h.tokens = show_spans(h.tokens, spans)
+        if h.target_tokens is not None:
+            h.target_tokens = show_spans(h.target_tokens, spans)
+    return result
+
+
+def show_spans(pieces: list[str], spans: list[str]) -> list[str]:
+    """Pieces as a reader should see them: a sentinel piece shows the span it stands for."""
+    out = []
+    for p in pieces:
+        k = protect.sentinel_index(p)
+        out.append(p if k is None or k >= len(spans) else p.replace(protect.sentinel(k), spans[k]))
+    return out

@@ -1,10 +1,11 @@
-"""Fast tests for model/corpus.py on tiny fixture pairs (no network, no packages)."""
+"""Fast tests for training/corpus.py on tiny fixture pairs (no network, no packages)."""
 import struct
 from collections import Counter
 
-from model.corpus import (
-    clean_pair, dedup, dedup_against, parse_ding_line, pick_general_test, placeholders,
-    read_mo, refine_paragraph, split_by_unit, ddtp_blocks,
+from model.protect import spans
+from training.corpus import (
+    clean_pair, dedup, dedup_against, parse_ding_line, pick_general_test, pick_protect_test,
+    read_mo, read_openttd, read_po, refine_paragraph, split_by_unit, ddtp_blocks,
 )
 
 
@@ -20,16 +21,19 @@ def test_placeholder_mismatch_dropped():
     assert clean_pair("Open {0}", "{1} öffnen")[2] == "placeholder"
     assert clean_pair("Set $HOME now", "Jetzt setzen")[2] == "placeholder"
     # %% is a literal percent sign, not a placeholder
-    assert placeholders("100%% done") == Counter()
+    assert spans("100%% done") == []
 
 
-def test_markup_stripped_and_mismatch_dropped():
+def test_markup_kept_when_matching_and_mismatch_dropped():
+    # tags stay in the text: the trainer turns them into sentinels (model/protect.py)
     en, de, why = clean_pair("<b>Warning:</b> disk <i>full</i>", "<b>Warnung:</b> Platte <i>voll</i>")
-    assert why == "ok" and en == "Warning: disk full" and de == "Warnung: Platte voll"
+    assert why == "ok" and en == "<b>Warning:</b> disk <i>full</i>"
     # translated pseudo-tags are argument names, not markup
     assert clean_pair("cp <source> <dest>", "cp <Quelle> <Ziel>")[2] == "markup"
-    en, de, _ = clean_pair("Tom &amp; Jerry <br/>show", "Tom &amp; Jerry <br/>Sendung")
-    assert en == "Tom & Jerry show" and de == "Tom & Jerry Sendung"
+    assert clean_pair('See <a href="%s">here</a>', 'Siehe <a href="%s">hier</a>')[2] == "ok"
+    assert clean_pair('See <a href="%s">here</a>', 'Siehe <a href="%d">hier</a>')[2] == "placeholder"
+    assert clean_pair("Tom &amp; Jerry show", "Tom & Jerry Sendung")[2] == "placeholder"
+    assert clean_pair("<b>x</b> " * 10 + "y", "<b>x</b> " * 10 + "z")[2] == "markup"  # heavy markup
 
 
 def test_accelerators_removed():
@@ -153,7 +157,7 @@ def test_paragraph_refinement_and_ddtp_blocks():
 
 def test_mallard_keyseq_and_lohelp_hidden_variants(tmp_path):
     import xml.etree.ElementTree as ET
-    from model.corpus import help_blocks, mallard_text
+    from training.corpus import help_blocks, mallard_text
     el = ET.fromstring('<p xmlns="http://projectmallard.org/1.0/">Press <keyseq><key>Ctrl</key>'
                        '<key>L</key></keyseq> in <gui>Files</gui>.</p>')
     assert mallard_text(el) == "Press Ctrl+L in Files."
@@ -162,3 +166,41 @@ def test_mallard_keyseq_and_lohelp_hidden_variants(tmp_path):
                     'Cmd</span><span hidden="true" id="defaultx">Ctrl</span></span>+F.</p>'
                     '<p id="other">skip</p><h2 id="hd_id2">Title</h2>')
     assert help_blocks(page) == {"par_id1": "Use Ctrl+F.", "hd_id2": "Title"}
+
+
+def test_po_and_openttd_readers(tmp_path):
+    po = tmp_path / "de.po"
+    po.write_text('''msgid ""
+msgstr "Content-Type: text/plain; charset=UTF-8\\n"
+
+msgid "Open"
+msgstr "Öffnen"
+
+#, fuzzy
+msgid "Close"
+msgstr "Schließen"
+
+msgid "Untranslated"
+msgstr ""
+
+msgid "%d file"
+msgid_plural "%d files"
+msgstr[0] "%d Datei"
+msgstr[1] "%d Dateien"
+''', encoding="utf-8")
+    assert read_po(po) == [("Open", "Öffnen"), ("%d file", "%d Datei"), ("%d files", "%d Dateien")]
+    en, de = tmp_path / "english.txt", tmp_path / "german.txt"
+    en.write_text("##name English\nSTR_A    :Build a road\nSTR_B :Only English\n", encoding="utf-8")
+    de.write_text("STR_A    :Straße bauen\nSTR_C :Nur Deutsch\n", encoding="utf-8")
+    assert read_openttd(en, de) == [("Build a road", "Straße bauen")]
+
+
+def test_protect_test_holds_out_whole_catalogs():
+    mk = lambda u, en: {"source": "catalogs", "unit": u, "en": en, "de": en.upper()}
+    train = [mk(f"pkg{u}/cat", f"Deleted %d files in folder {u} number {k}") for u in range(30) for k in range(3)]
+    train += [mk(f"pkg{u}/cat", f"Plain label {u} {k}") for u in range(30) for k in range(2)]
+    rest, test = pick_protect_test(train, 10)
+    held = {p["unit"] for p in test}
+    assert len(test) >= 10 and all(spans(p["en"]) for p in test)
+    assert not held & {p["unit"] for p in rest}  # no pair of a held-out catalog stays in train
+    assert {p["unit"] for p in pick_protect_test(list(reversed(train)), 10)[1]} == held  # input order is irrelevant

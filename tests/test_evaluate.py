@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from model import evaluate, train
+from training import evaluate, train
 from tests.test_train import overfit_model, pairs  # noqa: F401 - overfit_model: the shared fixture
 
 

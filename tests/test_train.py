@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import sentencepiece as spm
 import torch
 from safetensors.torch import load_file
+from sentencepiece import sentencepiece_model_pb2
 
-from model import train
+from model.checkpoint import load_checkpoint, save_checkpoint, stored_state
+from model.transformer import ModelConfig, Transformer
 from model.translator import Translator
+from training import train
 
 ADJ = [("red", "rote"), ("small", "kleine"), ("old", "alte"), ("green", "grüne"), ("new", "neue")]
 NOUN = [("cat", "Katze"), ("window", "Fenster"), ("file", "Datei"), ("door", "Tür")]
@@ -38,7 +42,7 @@ def write_corpus(root: Path, train_pairs, dev_pairs) -> Path:
     return d
 
 
-TINY = ["--threads", "1", "--vocab-size", "300", "--d-model", "32", "--heads", "4", "--ff", "64",
+TINY = ["--threads", "1", "--vocab-size", "340", "--d-model", "32", "--heads", "4", "--ff", "64",
         "--encoder-layers", "1", "--decoder-layers", "1", "--max-positions", "64", "--log-every", "1",
         "--save-minutes", "1000", "--dev-bleu-size", "10"]
 
@@ -81,7 +85,7 @@ def overfit_model(tmp_path_factory) -> tuple[Path, Path]:
     data = pairs(20)
     corpus = write_corpus(root, data, data)
     run_dir = train.main([
-        "train", "--data", str(corpus), "--out", str(root / "run"), "--threads", "1", "--vocab-size", "300",
+        "train", "--data", str(corpus), "--out", str(root / "run"), "--threads", "1", "--vocab-size", "340",
         "--d-model", "64", "--heads", "4", "--ff", "128", "--encoder-layers", "2", "--decoder-layers", "1",
         "--max-positions", "64", "--dropout", "0", "--label-smoothing", "0", "--lr", "3e-3", "--warmup", "20",
         "--max-tokens", "400", "--accum", "1", "--max-steps", "250", "--dict-keep", "-1", "--log-every", "50",
@@ -137,3 +141,50 @@ def test_inverse_sqrt_schedule():
     assert train.inverse_sqrt_lr(50, 1e-3, 100) == pytest.approx(5e-4)
     assert train.inverse_sqrt_lr(100, 1e-3, 100) == pytest.approx(1e-3)
     assert train.inverse_sqrt_lr(400, 1e-3, 100) == pytest.approx(5e-4)
+
+
+def test_spans_become_sentinels_and_come_back(overfit_model, tmp_path):
+    """Training masks placeholders and tags as sentinels (single pieces of the vocabulary), and the
+    Translator gets each back, exactly, in every hypothesis, even from a model that never saw them."""
+    final, corpus = overfit_model
+    sp = spm.SentencePieceProcessor(model_file=str(final / "source.spm"))
+    assert sp.encode("\ue000", out_type=str)[-1] == "\ue000" and sp.get_piece_size() >= 32
+    loaded = train.load_training_corpus(corpus, -1, 1)
+    assert loaded.description["dropped_span_mismatch"] == 0
+    translator = Translator(final, device="cpu")
+    text = 'The %s cat <b>sleeps</b> at {0}, see https://example.org/x.'
+    for beam in (1, 4):
+        [result] = translator.translate([text], beam_size=beam, n_best=beam)
+        assert result.spans == ["%s", "<b>", "</b>", "{0}", "https://example.org/x"]
+        for h in result.hypotheses:
+            for span in result.spans:
+                assert h.text.count(span) == 1, (span, h.text)
+            assert not any(0xE000 <= ord(c) < 0xE020 for c in h.text)
+
+
+def test_init_from_grows_the_vocabulary_by_the_sentinels(overfit_model, tmp_path):
+    """A run started from a checkpoint whose vocabulary lacks the sentinels (older models) keeps its
+    pieces and weights and appends the sentinels as new pieces."""
+    final, corpus = overfit_model
+    plain = tmp_path / "plain"
+    shutil.copytree(final, plain)
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString((final / "source.spm").read_bytes())
+    kept = [p for p in proto.pieces if not 0xE000 <= ord(p.piece[0]) < 0xE020]
+    del proto.pieces[:]
+    proto.pieces.extend(kept)
+    for name in ("source.spm", "target.spm"):
+        (plain / name).write_bytes(proto.SerializeToString())
+    old_model, _, _ = load_checkpoint(final)
+    small = Transformer(ModelConfig(**{**json.loads((final / "config.json").read_text()),
+                                       "src_vocab_size": len(kept), "tgt_vocab_size": len(kept)}))
+    for name, t in stored_state(small).items():
+        t.data.copy_(stored_state(old_model)[name][: t.size(0)])
+    save_checkpoint(plain, small, plain / "source.spm", plain / "target.spm", {"source_lang": "en", "target_lang": "de"})
+    run_dir = run(corpus, tmp_path / "grown", "--init-from", str(plain), "--max-steps", "1", "--lr", "0")
+    sp = spm.SentencePieceProcessor(model_file=str(run_dir / "spm.model"))
+    assert sp.get_piece_size() == len(kept) + 32 and sp.id_to_piece(len(kept)) == "\ue000"
+    grown = load_file(str(train.list_checkpoints(run_dir)[-1] / "state.safetensors"))
+    embed = grown["model.src_embed.weight"]
+    assert embed.shape[0] == len(kept) + 32
+    torch.testing.assert_close(embed[: len(kept)], stored_state(small)["src_embed.weight"])

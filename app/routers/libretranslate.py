@@ -16,7 +16,6 @@ other errors (a 5xx would tell clients to retry)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ValidationError
@@ -75,16 +74,13 @@ async def translate(request: Request, service: ServiceDep):
     body = await read_body(request, LTTranslateRequest)
     service.check_api_key(body.api_key or request.headers.get("x-api-key"))
     texts = [body.q] if isinstance(body.q, str) else body.q
-    if body.format == "html":
-        service.check_texts(texts, "q", allow_blank=True)  # html without text comes back as it is
-        split, join = markup.split_html_sentences, markup.join_html
-    else:
-        service.check_texts(texts, "q")
-        split, join = markup.split_sentences, markup.interleave
-    documents = [split(text) for text in texts]
-    model, confidence = service.resolve(body.source, body.target, " ".join(documents[0][1]))  # its text, no markup
+    html = body.format == "html"
+    service.check_texts(texts, "q", allow_blank=html)  # html without text comes back as it is
+    first = markup.split_document(texts[0], html, spans=False)
+    model, confidence = service.resolve(body.source, body.target, first.text)  # its text, no markup
+    documents = [markup.split_document(text, html, spans=model.protects_spans) for text in texts]
     hypotheses = await translate_sentences(request, service, model, documents, n_best=body.alternatives + 1)
-    versions = [rebuild(between, per_sentence, join) for (between, _), per_sentence in zip(documents, hypotheses)]
+    versions = [rebuild(document, per_sentence) for document, per_sentence in zip(documents, hypotheses)]
     translated = [v[0] for v in versions]
     alternatives = [v[1:] for v in versions] if body.alternatives else None
     detected = None if confidence is None else DetectedLanguage(confidence=round(confidence, 1),
@@ -97,9 +93,10 @@ async def translate(request: Request, service: ServiceDep):
 
 
 async def translate_sentences(request: Request, service: Service, model: ServedModel,
-                              documents: list[tuple[list[str], list[str]]], n_best: int) -> list[list[list[str]]]:
-    """The n_best hypotheses (texts) of each sentence of each document, all sentences in one job."""
-    sentences = [(i, sentence) for i, (_, pieces) in enumerate(documents) for sentence in pieces]
+                              documents: list[markup.Document], n_best: int) -> list[list[list[str]]]:
+    """The n_best hypotheses (texts, masked like the sentences) of each sentence of each document,
+    all sentences in one job."""
+    sentences = [(i, sentence) for i, document in enumerate(documents) for sentence in document.sentences]
     limit = service.settings.max_segments
     if len(sentences) > limit:
         raise ApiError(400, f"q splits into {len(sentences)} sentences; at most {limit} per request "
@@ -110,14 +107,14 @@ async def translate_sentences(request: Request, service: Service, model: ServedM
                for i, sentence in sentences]
     key = BatchKey(model.id, beam_size=max(service.settings.default_beam_size, n_best), n_best=n_best)
     results = iter((await service.translate(request, key, sources)).results)
-    return [[[h.text for h in next(results).hypotheses] for _ in pieces] for _, pieces in documents]
+    return [[[h.text for h in next(results).hypotheses] for _ in document.sentences] for document in documents]
 
 
-def rebuild(between: list[str], per_sentence: list[list[str]], join: Callable[..., str]) -> list[str]:
+def rebuild(document: markup.Document, per_sentence: list[list[str]]) -> list[str]:
     """A document's best translation, then its alternatives: version k takes hypothesis k of
     every sentence (as many versions as its sentence with the fewest hypotheses has)."""
     count = min((len(hypotheses) for hypotheses in per_sentence), default=1)
-    return [join(between, [hypotheses[k] for hypotheses in per_sentence]) for k in range(count)]
+    return [document.join([hypotheses[k] for hypotheses in per_sentence]) for k in range(count)]
 
 
 @router.post("/detect", response_model=list[DetectedLanguage] | list[list[DetectedLanguage]],

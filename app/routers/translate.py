@@ -8,11 +8,11 @@ import time
 from fastapi import APIRouter, Header, Request
 
 from app.alignments import Alignment
-from app.protocol import Alternative, TranslateRequest, TranslateResponse, TranslationOut, Timing
+from app.protocol import Alternative, SpanRepair, TranslateRequest, TranslateResponse, TranslationOut, Timing
 from app.routers import ServiceDep, errors
 from app.scheduler import BatchKey
 from app.service import Service
-from model.translator import Translation, TranslationResult
+from model.translator import Translation, TranslationResult, restore
 
 router = APIRouter(tags=["translate"])
 
@@ -33,10 +33,17 @@ def translation_out(service: Service, model_id: str, result: TranslationResult, 
             return None
         return service.store.put(Alignment(model_id, result.source_tokens, h.target_tokens, h.attention))
 
+    def repair(h: Translation) -> SpanRepair | None:
+        if not h.repaired:
+            return None
+        return SpanRepair(inserted=[result.spans[k] for k in h.spans_inserted if k < len(result.spans)],
+                          removed=[result.spans[k] if k < len(result.spans) else "" for k in h.spans_removed])
+
     best, *others = result.hypotheses
     out = TranslationOut(
-        text=best.text, score=finite(best.score), alignment_id=alignment_id(best),
-        alternatives=[Alternative(text=h.text, score=finite(h.score), alignment_id=alignment_id(h)) for h in others])
+        text=best.text, score=finite(best.score), alignment_id=alignment_id(best), span_repair=repair(best),
+        alternatives=[Alternative(text=h.text, score=finite(h.score), alignment_id=alignment_id(h),
+                                  span_repair=repair(h)) for h in others])
     if body.include_attention:
         out.source_tokens, out.target_tokens = result.source_tokens, best.target_tokens
         out.attention = rounded(best.attention)
@@ -54,11 +61,12 @@ async def translate(body: TranslateRequest, request: Request, service: ServiceDe
     service.check_api_key(body.api_key or x_api_key)
     texts = [body.text] if isinstance(body.text, str) else body.text
     model, _ = service.resolve(body.source, body.target, texts[0] if texts else "")  # 'auto' detects texts[0]
-    sources = service.encode(model, texts, "text")
+    masked, sources = service.encode(model, texts, "text")
     key = BatchKey(model.id, body.beam_size, body.n_best, body.length_penalty, body.max_length,
                    attention=body.alignments or body.include_attention)
     outcome = await service.translate(request, key, sources)
-    translations = [translation_out(service, model.id, r, body) for r in outcome.results]
+    results = [restore(r, m.spans) for r, m in zip(outcome.results, masked)]
+    translations = [translation_out(service, model.id, r, body) for r in results]
     timing = Timing(queue_ms=round(outcome.queue_s * 1000, 2), compute_ms=round(outcome.compute_s * 1000, 2),
                     total_ms=round((time.perf_counter() - start) * 1000, 2))
     return TranslateResponse(model=model.id, translations=translations, timing=timing)

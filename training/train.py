@@ -1,9 +1,9 @@
 """Training: SentencePiece, length-bucketed token batches, the paper's optimisation recipe
 (Vaswani et al., 2017, section 5) scaled to a small CPU, resumable checkpoints, and averaging.
 
-    python -m model.train train --data data/corpus --out data/runs/en-de --time-budget 100
-    python -m model.train train --out data/runs/en-de --resume
-    python -m model.train average --run data/runs/en-de --last 5 --out data/runs/en-de/final
+    python -m training.train train --data data/corpus --out data/runs/en-de --time-budget 100
+    python -m training.train train --out data/runs/en-de --resume
+    python -m training.train average --run data/runs/en-de --last 5 --out data/runs/en-de/final
 
 A run directory holds: spm.model (one joint vocabulary, used as source.spm and target.spm),
 config.json, args.json, log.jsonl, checkpoints/step_NNNNNNN/{state.safetensors,state.json}
@@ -23,6 +23,7 @@ import json
 import math
 import os
 import platform
+import random
 import shutil
 import sys
 import time
@@ -35,10 +36,12 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from model.checkpoint import save_checkpoint, stored_state
+from model import protect
+from model.checkpoint import load_checkpoint, save_checkpoint, stored_state
 from model.search import beam_search
 from model.tokenizer import Tokenizer
 from model.transformer import ModelConfig, Transformer
+from model.translator import Translator
 
 SPECIAL_IDS = dict(pad_id=0, unk_id=1, bos_id=2, eos_id=3)
 # Arguments a resumed run may change when given; everything else comes from the run's args.json.
@@ -65,31 +68,73 @@ class Corpus:
     description: dict = field(default_factory=dict)
 
 
-def load_training_corpus(data_dir: Path, dict_keep: int, seed: int) -> Corpus:
-    """All training pairs, with the `ding_dict` word/phrase entries subsampled to `dict_keep`.
+def load_training_corpus(data_dir: Path, dict_keep: int, seed: int, short_keep: int = -1,
+                         repeat: dict[str, int] | None = None) -> Corpus:
+    """The training pairs, weighted toward full sentences.
 
-    Why: ~316k of the 525k pairs are 1-3 word dictionary entries. Kept whole they would be
-    60% of the updates and teach the model to emit short fragments; a 60k sample keeps their
-    vocabulary coverage at ~20% of the pairs (under 5% of the target tokens).
+    - `ding_dict` word/phrase entries are subsampled to `dict_keep`: ~312k of the pairs are 1-3
+      word dictionary entries; kept whole they would be a third of the updates and teach the model
+      to emit fragments.
+    - 1-2 word pairs of the other sources (menu labels, mostly) are subsampled to `short_keep`
+      (-1: all), for the same reason.
+    - `repeat` repeats a source's pairs (e.g. {"ding": 2}: the Ding example sentences are the
+      little general, conversational language there is).
     """
     d = Path(data_dir)
     en, de = read_lines(d / "train.en"), read_lines(d / "train.de")
     sources = read_lines(d / "train.source") if (d / "train.source").exists() else ["all"] * len(en)
     if not len(en) == len(de) == len(sources):
         raise ValueError(f"{d}: train.en/train.de/train.source differ in length")
-    dict_rows = np.array([i for i, s in enumerate(sources) if s == "ding_dict"], dtype=np.int64)
     keep = np.ones(len(en), dtype=bool)
-    if 0 <= dict_keep < len(dict_rows):
-        rng = np.random.default_rng(seed)
-        keep[dict_rows] = False
-        keep[rng.choice(dict_rows, size=dict_keep, replace=False)] = True
+    rng = np.random.default_rng(seed)
+    dict_rows = np.array([i for i, s in enumerate(sources) if s == "ding_dict"], dtype=np.int64)
+    short_rows = np.array([i for i, s in enumerate(sources) if s != "ding_dict" and len(en[i].split()) <= 2],
+                          dtype=np.int64)
+    for rows, limit in ((dict_rows, dict_keep), (short_rows, short_keep)):
+        if 0 <= limit < len(rows):
+            keep[rows] = False
+            keep[rng.choice(rows, size=limit, replace=False)] = True
     rows = np.flatnonzero(keep)
+    repeat = repeat or {}
+    rows = np.concatenate([rows] + [rows[[sources[i] == src for i in rows]] for src, n in repeat.items()
+                                    for _ in range(n - 1)])
+    rows.sort(kind="stable")
     counts: dict[str, int] = {}
     for i in rows:
         counts[sources[i]] = counts.get(sources[i], 0) + 1
-    description = {"pairs": int(len(rows)), "pairs_by_source": dict(sorted(counts.items())),
-                   "ding_dict_available": int(len(dict_rows)), "ding_dict_kept": int(counts.get("ding_dict", 0))}
-    return Corpus([en[i] for i in rows], [de[i] for i in rows], description)
+    # protected spans become sentinels, numbered in a seeded random order (model/protect.py)
+    rng = random.Random(seed)
+    masked = [protect.mask_pair(en[i], de[i], rng) for i in rows]
+    kept = [m for m in masked if m is not None]
+    description = {"pairs": len(kept), "pairs_by_source": dict(sorted(counts.items())),
+                   "ding_dict_available": int(len(dict_rows)), "ding_dict_kept": int(counts.get("ding_dict", 0)),
+                   "short_available": int(len(short_rows)), "short_keep": short_keep, "repeat": repeat,
+                   "pairs_with_spans": sum(any(c in protect.SENTINELS for c in m[0]) for m in kept),
+                   "dropped_span_mismatch": len(masked) - len(kept)}
+    return Corpus([m[0] for m in kept], [m[1] for m in kept], description)
+
+
+def load_heldout(path_en: Path, path_de: Path) -> tuple[list[str], list[str]]:
+    """A held-out set with spans masked left to right, as the Translator masks its input."""
+    pairs = [protect.mask_pair(e, d) for e, d in zip(read_lines(path_en), read_lines(path_de))]
+    pairs = [p for p in pairs if p is not None]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def with_sentinels(spm_path: Path, out: Path) -> Path:
+    """A copy of a SentencePiece model with the sentinels of protected spans appended as
+    user-defined pieces (ids after its own, which keep their ids), unless it has them already."""
+    from sentencepiece import sentencepiece_model_pb2 as pb  # needs protobuf (the `train` extra)
+
+    proto = pb.ModelProto()
+    proto.ParseFromString(Path(spm_path).read_bytes())
+    have = {p.piece for p in proto.pieces}
+    for s in protect.SENTINELS:
+        if s not in have:
+            piece = proto.pieces.add()
+            piece.piece, piece.score, piece.type = s, 0.0, pb.ModelProto.SentencePiece.USER_DEFINED
+    out.write_bytes(proto.SerializeToString())
+    return out
 
 
 def train_sentencepiece(corpus: Corpus, prefix: Path, vocab_size: int, sample_size: int, seed: int) -> Path:
@@ -97,6 +142,7 @@ def train_sentencepiece(corpus: Corpus, prefix: Path, vocab_size: int, sample_si
 
     Normalisation is `identity`: software strings use characters such as the ellipsis that
     NFKC would rewrite, and the output must reproduce them. Byte fallback means no <unk>.
+    The sentinels of protected spans are user-defined symbols: always one piece each.
     """
     text = Path(f"{prefix}.train.txt")
     with open(text, "w", encoding="utf-8") as f:
@@ -107,6 +153,7 @@ def train_sentencepiece(corpus: Corpus, prefix: Path, vocab_size: int, sample_si
         input=str(text), model_prefix=str(prefix), model_type="unigram", vocab_size=vocab_size,
         input_sentence_size=sample_size, shuffle_input_sentence=True, seed_sentencepiece_size=1_000_000,
         character_coverage=0.9999, byte_fallback=True, normalization_rule_name="identity",
+        user_defined_symbols=protect.SENTINELS,  # one unsplittable piece per sentinel
         hard_vocab_limit=False, num_threads=max(1, torch.get_num_threads()), minloglevel=2,
         **SPECIAL_IDS, pad_piece="<pad>", unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",
     )
@@ -322,6 +369,17 @@ def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
     return {k: (v / len(paths)).float() for k, v in total.items()}
 
 
+def grow_weights(model: Transformer, weights: dict[str, torch.Tensor]) -> None:
+    """Load weights of a model whose vocabulary is a prefix of this one's: embedding rows of the
+    new pieces keep their fresh initialisation; every other tensor must match."""
+    with torch.no_grad():
+        for name, t in stored_state(model).items():
+            w = weights[name]
+            if w.shape != t.shape and (w.dim() != t.dim() or w.shape[1:] != t.shape[1:] or w.size(0) > t.size(0)):
+                raise ValueError(f"{name}: {tuple(w.shape)} does not fit {tuple(t.shape)}")
+            t[: w.size(0)].copy_(w)
+
+
 def load_weights(model: Transformer, weights: dict[str, torch.Tensor]) -> None:
     with torch.no_grad():
         for name, t in stored_state(model).items():
@@ -355,12 +413,12 @@ def dev_loss(model: Transformer, data: EncodedCorpus, max_tokens: int) -> float:
 
 
 def greedy_translate(model: Transformer, tokenizer: Tokenizer, texts: list[str], batch_tokens: int = 4096) -> list[str]:
-    """Greedy decoding with the same search the Translator uses (beam 1), caps 1.5 S + 10."""
-    from model.translator import Translator
-
+    """Greedy decoding with the same search the Translator uses (beam 1), caps 1.5 S + 10;
+    protected spans masked on the way in and put back on the way out (no repair)."""
     was_training = model.training
     model.eval()
-    ids = [tokenizer.encode_source(t)[: model.config.max_positions] for t in texts]
+    masked = [protect.mask(t) for t in texts]
+    ids = [tokenizer.encode_source(m.text)[: model.config.max_positions] for m in masked]
     out: list[str] = [""] * len(ids)
     for rows in Translator.batches(ids, batch_tokens):
         S = max(len(ids[i]) for i in rows)
@@ -369,7 +427,7 @@ def greedy_translate(model: Transformer, tokenizer: Tokenizer, texts: list[str],
             src[r, : len(ids[i])] = torch.tensor(ids[i])
         caps = torch.tensor([min(256, math.ceil(1.5 * len(ids[i]) + 10)) for i in rows])
         for i, hyps in zip(rows, beam_search(model, src, 1, 1, 1.0, caps)):
-            out[i] = tokenizer.decode_target(hyps[0].token_ids)
+            out[i] = protect.unmask(tokenizer.decode_target(hyps[0].token_ids), masked[i].spans)
     model.train(was_training)
     return out
 
@@ -398,13 +456,14 @@ class Trainer:
 
     def load_data(self) -> None:
         a, c = self.args, self.config
-        corpus = load_training_corpus(Path(a.data), a.dict_keep, a.seed)
+        corpus = load_training_corpus(Path(a.data), a.dict_keep, a.seed, a.short_keep, parse_repeat(a.repeat))
         t0 = time.time()
         self.train_data = encode_corpus(self.sp, corpus.en, corpus.de, c.eos_id, a.max_len)
         self.data_description = dict(corpus.description, pairs_after_length_filter=len(self.train_data),
                                      max_len=a.max_len)
         dev_en, dev_de = read_lines(Path(a.data) / "dev.en"), read_lines(Path(a.data) / "dev.de")
-        self.dev_data = encode_corpus(self.sp, dev_en, dev_de, c.eos_id, 10**9)
+        self.dev_data = encode_corpus(self.sp, *load_heldout(Path(a.data) / "dev.en", Path(a.data) / "dev.de"),
+                                      c.eos_id, 10**9)
         self.dev_en, self.dev_de = dev_en[: a.dev_bleu_size], dev_de[: a.dev_bleu_size]
         n_tgt = int(sum(len(t) for t in self.train_data.tgt))
         log(f"data: {len(self.train_data)} training pairs ({n_tgt} target tokens), {len(self.dev_data)} dev pairs; "
@@ -595,17 +654,35 @@ def prepare_run(args) -> Path:
         raise SystemExit(f"{run_dir} already has checkpoints; pass --resume or choose another --out")
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "log.jsonl").unlink(missing_ok=True)
-    if args.spm:
+    if args.init_from:  # the checkpoint's vocabulary (plus sentinels) and shape; weights: train_command
+        with_sentinels(Path(args.init_from) / "source.spm", run_dir / "spm.model")
+    elif args.spm:
         shutil.copyfile(args.spm, run_dir / "spm.model")
     else:
         t0 = time.time()
-        corpus = load_training_corpus(Path(args.data), args.dict_keep, args.seed)
+        corpus = load_training_corpus(Path(args.data), args.dict_keep, args.seed, args.short_keep,
+                                      parse_repeat(args.repeat))
         train_sentencepiece(corpus, run_dir / "spm", args.vocab_size, args.spm_sample, args.seed)
         log(f"sentencepiece: {args.vocab_size} pieces in {time.time() - t0:.0f}s")
     vocab = spm.SentencePieceProcessor(model_file=str(run_dir / "spm.model")).get_piece_size()
-    build_config(args, vocab).save(run_dir / "config.json")
+    if args.init_from:
+        config = ModelConfig.load(Path(args.init_from) / "config.json")
+        config.src_vocab_size = config.tgt_vocab_size = vocab
+        config.save(run_dir / "config.json")
+    else:
+        build_config(args, vocab).save(run_dir / "config.json")
     (run_dir / "args.json").write_text(json.dumps(vars_of(args), indent=1) + "\n")
     return run_dir
+
+
+def parse_repeat(text: str | None) -> dict[str, int]:
+    """"ding=2,lohelp=1" -> {"ding": 2, "lohelp": 1}."""
+    out = {}
+    for item in (text or "").split(","):
+        if item.strip():
+            name, _, n = item.partition("=")
+            out[name.strip()] = int(n)
+    return out
 
 
 def vars_of(args) -> dict:
@@ -629,7 +706,10 @@ def train_command(args) -> Path:
     if args.resume:
         trainer.resume()
     else:
-        trainer.write_log({"start": True, "parameters": trainer.model.num_parameters(),
+        if args.init_from:
+            model, _, _ = load_checkpoint(Path(args.init_from))
+            grow_weights(trainer.model, stored_state(model))
+        trainer.write_log({"start": True, "parameters": trainer.model.num_parameters(), "init_from": args.init_from,
                            "config": json.loads((run_dir / "config.json").read_text())})
     trainer.run()
     return run_dir
@@ -664,9 +744,13 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--bf16", action="store_true", help="bf16 autocast for forward/backward")
     g = p.add_argument_group("data")
     g.add_argument("--dict-keep", type=int, default=60000, help="ding_dict entries kept (-1: all)")
+    g.add_argument("--short-keep", type=int, default=-1, help="1-2 word pairs of the other sources kept (-1: all)")
+    g.add_argument("--repeat", default="", help="repeat sources' pairs, e.g. ding=2")
     g.add_argument("--vocab-size", type=int, default=8000)
     g.add_argument("--spm-sample", type=int, default=300000, help="sentences sampled to train SentencePiece")
     g.add_argument("--spm", help="use this SentencePiece model instead of training one")
+    g.add_argument("--init-from", help="start from this checkpoint directory's weights, vocabulary (plus the "
+                   "sentinels of protected spans) and shape; Adam and the schedule start afresh")
     g.add_argument("--max-len", type=int, default=128, help="drop pairs with a side this long (tokens)")
     g.add_argument("--max-tokens", type=int, default=2500, help="padded tokens (longest side) per batch")
     g.add_argument("--accum", type=int, default=2, help="batches per optimizer step")
@@ -713,7 +797,7 @@ def register(subparsers) -> None:
 
 
 def main(argv: list[str] | None = None):
-    parser = argparse.ArgumentParser(prog="python -m model.train")
+    parser = argparse.ArgumentParser(prog="python -m training.train")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return args.func(args)

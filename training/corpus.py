@@ -47,13 +47,13 @@ from __future__ import annotations
 import argparse
 import glob
 import hashlib
-import html
 import json
 import random
 import re
 import struct
 import subprocess
 import sys
+import tarfile
 import time
 import unicodedata
 import xml.etree.ElementTree as ET
@@ -62,8 +62,10 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from model import protect
+
 SEED = "nmt-corpus-v1"
-ALL_SOURCES = ["lohelp", "mallard", "ddtp", "gettext", "ding"]
+ALL_SOURCES = ["lohelp", "mallard", "ddtp", "gettext", "ding", "catalogs"]
 
 GETTEXT_PACKAGES = [
     "libreoffice-l10n-de", "gcc-12-locales", "libc-l10n", "coreutils", "git", "vlc-l10n",
@@ -74,6 +76,12 @@ GETTEXT_PACKAGES = [
 MALLARD_PACKAGES = ["gnome-user-docs", "evince-common", "gedit-common", "orca", "seahorse"]
 LOHELP_PACKAGES = ["libreoffice-help-en-us", "libreoffice-help-de"]
 DING_PACKAGES = ["trans-de-en"]
+# Every other package with German catalogs (``catalogs`` source): the list, and how it was made,
+# in catalog_packages.txt. Held out for our blind evaluation (../shared/corpus.md), never fetched:
+RESERVED_RE = re.compile(r"^(gramps|wesnoth)")
+CATALOG_LIST = Path(__file__).with_name("catalog_packages.txt")
+# what a catalogs package contributes: gettext catalogs (.mo, .po) and OpenTTD's language files
+CATALOG_MEMBER_RE = re.compile(r"(/de/LC_MESSAGES/[^/]+\.mo|/(?:de|de_DE)\.po|/lang/(?:english|german)\.txt)$")
 
 LICENCES = {
     "gettext": "per package, mostly GPL/LGPL/MPL (see each package's debian/copyright)",
@@ -82,12 +90,15 @@ LICENCES = {
     "mallard": "CC-BY-SA 3.0 (GNOME documentation)",
     "ding": "GPL-2+ (Ding dictionary, trans-de-en)",
     "ding_dict": "GPL-2+ (Ding dictionary, trans-de-en)",
+    "catalogs": "per package (see each package's debian/copyright); free software licences (Debian main)",
 }
 
 MAX_WORDS = 120
 MAX_CHARS = 800
 MAX_RATIO = 2.5
 MAX_TAGS = 8
+MAX_SPANS = 16  # protected spans (model/protect.py) per side; more is heavy markup
+TEST_PROTECT_SIZE = 800
 DEV_SIZE = 1500
 TEST_SW_SIZE = 2000
 TEST_GENERAL_SIZE = 1000
@@ -136,21 +147,10 @@ def progress(items: Iterable, label: str, total: int | None = None) -> Iterator:
 
 WS_RE = re.compile(r"\s+")
 TAG_RE = re.compile(r"</?([A-Za-z][\w:.-]*)(?:\s[^<>]*)?/?>")
-PLACEHOLDER_RE = re.compile(
-    r"%[A-Z][A-Z0-9_]+%?"                                       # %OBJECT_NAME%, %NAME
-    r"|%L\d+"                                                   # Qt localized %L1
-    r"|%(?:\d+\$)?(?:\([\w.-]+\))?[-+#0]*(?:\d+|\*)?(?:\.(?:\d+|\*))?"
-    r"(?:hh|h|ll|l|L|q|j|z|t|I64|I32|I)?[A-Za-z]"               # printf, python %, gcc %qD
-    r"|%\d+|%[<>]"                                              # Qt %1; gcc %< %> quotes
-    r"|\{\w*(?::[^{}\s]*)?\}"                                   # {0} {name} {0:d}
-    r"|\$\{\w+\}|\$\(\w+\)|\$[A-Za-z_]\w*|\$\d+"              # $VAR ${VAR} $(ARG1) $1
-)
 AMP_ACCEL_RE = re.compile(r"&(?!#?\w+;)(?=\w)")
 TILDE_ACCEL_RE = re.compile(r"(?:(?<=^)|(?<=[\s\w(\"'„“]))~(?=\w)")
 UNDERSCORE_START_RE = re.compile(r"(?<![\w])_(?=[^\W_])")
 UNDERSCORE_MID_RE = re.compile(r"(?<=[^\W_])_(?=[^\W_])")
-BLOCK_TAGS = {"p", "para", "br", "div", "li", "ul", "ol", "dl", "dt", "dd", "tr", "td", "th",
-              "table", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "title", "item", "list"}
 SENT_END = (".", "!", "?")
 
 
@@ -159,21 +159,9 @@ def normalize(text: str) -> str:
     return WS_RE.sub(" ", unicodedata.normalize("NFC", text)).strip()
 
 
-def placeholders(text: str) -> Counter:
-    """Multiset of placeholder strings in ``text`` (``%%`` is a literal, not one)."""
-    return Counter(PLACEHOLDER_RE.findall(text.replace("%%", "")))
-
-
 def tag_names(text: str) -> Counter:
     """Multiset of lower-cased markup tag names."""
     return Counter(m.lower() for m in TAG_RE.findall(text))
-
-
-def strip_markup(text: str) -> str:
-    """Drop tags (block-level ones become a space), then unescape HTML entities."""
-    def repl(m: re.Match) -> str:
-        return " " if m.group(1).lower() in BLOCK_TAGS else ""
-    return html.unescape(TAG_RE.sub(repl, text))
 
 
 def strip_amp_tilde(text: str) -> str:
@@ -201,8 +189,8 @@ def word_count(text: str) -> int:
 
 
 def is_sentence_like(en: str) -> bool:
-    """English 4..60 words ending in . ! ? and without placeholders."""
-    return 4 <= word_count(en) <= 60 and en.endswith(SENT_END) and not placeholders(en)
+    """English 4..60 words ending in . ! ? and without protected spans."""
+    return 4 <= word_count(en) <= 60 and en.endswith(SENT_END) and not protect.find_spans(en)
 
 
 def clean_pair(en: str, de: str) -> tuple[str | None, str | None, str]:
@@ -210,24 +198,24 @@ def clean_pair(en: str, de: str) -> tuple[str | None, str | None, str]:
     if not en or not de or not en.strip() or not de.strip():
         return None, None, "empty"
     en, de = normalize(en), normalize(de)
-    if tag_names(en) != tag_names(de):
-        return None, None, "markup"
-    if sum(tag_names(en).values()) > MAX_TAGS:
-        return None, None, "markup"
-    # Accelerators before entity unescaping, so "&amp;File" never turns into an accelerator.
+    # Accelerators before spans, so "&amp;File" never turns into an accelerator.
     en, de = strip_amp_tilde(en), strip_amp_tilde(de)
     en, de = strip_underscore(en, de), strip_underscore(de, en)
-    en, de = normalize(strip_markup(en)), normalize(strip_markup(de))
+    en, de = normalize(en), normalize(de)
     if not en or not de:
         return None, None, "empty"
-    if placeholders(en) != placeholders(de):
-        return None, None, "placeholder"
+    en_spans, de_spans = Counter(protect.spans(en)), Counter(protect.spans(de))
+    if en_spans != de_spans:
+        tags_differ = tag_names(en) != tag_names(de)
+        return None, None, "markup" if tags_differ else "placeholder"
+    if sum(en_spans.values()) > MAX_SPANS or sum(tag_names(en).values()) > MAX_TAGS:
+        return None, None, "markup"
     ne, nd = word_count(en), word_count(de)
     if not (1 <= ne <= MAX_WORDS and 1 <= nd <= MAX_WORDS) or max(len(en), len(de)) > MAX_CHARS:
         return None, None, "length"
     if max(ne, nd) > 3 and max(ne, nd) / min(ne, nd) > MAX_RATIO:
         return None, None, "ratio"
-    if en.casefold() == de.casefold():
+    if en.casefold() == de.casefold() or not any(c.isalpha() for c in protect.mask(en).text):
         return None, None, "identical"
     if ne >= 3 and en in de:
         return None, None, "identical"  # untranslated English inside the German side
@@ -286,24 +274,31 @@ def ensure_apt_lists(cache_dir: Path) -> Path:
     return lists
 
 
-def fetch_packages(names: list[str], cache_dir: Path) -> dict[str, Path]:
-    """``apt-get download`` the candidate .debs not yet cached; return name -> extracted dir."""
+def download_packages(names: list[str], cache_dir: Path) -> dict[str, Path]:
+    """``apt-get download`` the candidate .debs not yet cached; return name -> .deb path."""
+    reserved = [n for n in names if RESERVED_RE.match(n)]
+    if reserved:
+        raise ValueError(f"reserved for the blind evaluation, never downloaded: {reserved}")
     ensure_apt_lists(cache_dir)
     debs = cache_dir / "debs"
     debs.mkdir(parents=True, exist_ok=True)
     # --print-uris names the exact candidate file, so the cache is keyed by version
     uris = run(["apt-get", "download", "--print-uris", *apt_opts(cache_dir), *names],
                capture_output=True, text=True).stdout.split("\n")
-    fnames = [line.split()[1] for line in uris if line.startswith("'")]
-    files = {n: next(f for f in fnames if f.startswith(n + "_")) for n in names}
-    missing = [n for n in names if not (debs / files[n]).exists()]
-    if missing:
-        print(f"downloading {len(missing)} packages: {' '.join(missing)}", file=sys.stderr)
-        run(["apt-get", "download", *apt_opts(cache_dir), *missing], cwd=debs,
-            stdout=subprocess.DEVNULL)
+    fnames = {line.split()[1].split("_", 1)[0]: line.split()[1] for line in uris if line.startswith("'")}
+    files = {n: debs / fnames[n] for n in names}
+    missing = [n for n in names if not files[n].exists()]
+    for start in range(0, len(missing), 100):
+        chunk = missing[start:start + 100]
+        print(f"downloading {len(chunk)} packages: {' '.join(chunk[:5])} ...", file=sys.stderr)
+        run(["apt-get", "download", *apt_opts(cache_dir), *chunk], cwd=debs, stdout=subprocess.DEVNULL)
+    return files
+
+
+def fetch_packages(names: list[str], cache_dir: Path) -> dict[str, Path]:
+    """Download and unpack whole packages; return name -> extracted dir."""
     out = {}
-    for name in progress(names, "extracting .debs"):
-        deb = debs / files[name]
+    for name, deb in progress(list(download_packages(names, cache_dir).items()), "extracting .debs"):
         dest = cache_dir / "extract" / deb.stem
         if not (dest / ".done").exists():
             dest.mkdir(parents=True, exist_ok=True)
@@ -311,6 +306,32 @@ def fetch_packages(names: list[str], cache_dir: Path) -> dict[str, Path]:
             (dest / ".done").touch()
         out[name] = dest
     return out
+
+
+def fetch_catalogs(names: list[str], cache_dir: Path) -> dict[str, Path]:
+    """Download packages and unpack only their German catalogs; return name -> extracted dir."""
+    out = {}
+    for name, deb in progress(list(download_packages(names, cache_dir).items()), "catalog .debs"):
+        dest = cache_dir / "catalogs" / deb.stem
+        if not (dest / ".done").exists():
+            dest.mkdir(parents=True, exist_ok=True)
+            with subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE) as proc:
+                with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+                    for member in tar:
+                        if member.isfile() and CATALOG_MEMBER_RE.search(member.name):
+                            target = dest / member.name.lstrip("./")
+                            target.parent.mkdir(parents=True, exist_ok=True)
+                            target.write_bytes(tar.extractfile(member).read())
+            (dest / ".done").touch()
+        out[name] = dest
+    return out
+
+
+def catalog_packages() -> list[str]:
+    """The ``catalogs`` packages: catalog_packages.txt less the ``gettext`` source's own."""
+    names = [line.split()[0] for line in CATALOG_LIST.read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    return sorted(set(names) - set(GETTEXT_PACKAGES))
 
 
 # --------------------------------------------------------------------------- gettext
@@ -357,6 +378,63 @@ def extract_gettext(pkgs: dict[str, Path]) -> Iterator[tuple[str, str, str]]:
             if en.strip() in CREDIT_IDS:
                 continue
             yield unit, en, de
+
+
+def read_po(path: Path) -> list[tuple[str, str]]:
+    """Translated, non-fuzzy entries of a .po file (singular and plural), msgctxt dropped."""
+    import polib
+
+    try:
+        catalog = polib.pofile(str(path))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return []
+    pairs = []
+    for entry in catalog.translated_entries():
+        if entry.msgid_plural:
+            forms = entry.msgstr_plural
+            pairs += [(src, forms[k]) for k, src in enumerate((entry.msgid, entry.msgid_plural)) if forms.get(k)]
+        else:
+            pairs.append((entry.msgid, entry.msgstr))
+    return pairs
+
+
+OPENTTD_LINE_RE = re.compile(r"^(STR_\w+)\s*:(.*)$")
+
+
+def read_openttd(english: Path, german: Path) -> list[tuple[str, str]]:
+    """OpenTTD language files: ``STR_KEY :text`` lines, paired by key."""
+    def strings(path: Path) -> dict[str, str]:
+        out = {}
+        for line in path.read_text("utf-8", "replace").splitlines():
+            m = OPENTTD_LINE_RE.match(line)
+            if m:
+                out.setdefault(m.group(1), m.group(2))
+        return out
+    en, de = strings(english), strings(german)
+    return [(en[k], de[k]) for k in sorted(en) if k in de]
+
+
+def extract_catalogs(pkgs: dict[str, Path]) -> Iterator[tuple[str, str, str]]:
+    """Yield (unit, en, de) from every catalog of the ``catalogs`` packages; a unit is one file."""
+    files = []
+    for name in sorted(pkgs):
+        root = pkgs[name]
+        for path in sorted(p for p in root.rglob("*") if p.is_file() and CATALOG_MEMBER_RE.search("/" + str(p))):
+            files.append((name, root, path))
+    for name, root, path in progress(files, "catalogs"):
+        rel = path.relative_to(root)
+        if path.suffix == ".mo":
+            pairs = read_mo(path)
+        elif path.suffix == ".po":
+            pairs = read_po(path)
+        elif path.name == "english.txt" and (path.parent / "german.txt").exists():
+            pairs = read_openttd(path, path.parent / "german.txt")
+        else:
+            continue
+        unit = f"{name}/{rel.parent}/{rel.stem}"
+        for en, de in pairs:
+            if en.strip() not in CREDIT_IDS:
+                yield unit, en, de
 
 
 # --------------------------------------------------------------------------- ddtp
@@ -661,6 +739,30 @@ def pick_general_test(pairs: list[dict], size: int, seed: str = SEED) -> list[di
     return cands[:size]
 
 
+def protect_ok(en: str) -> bool:
+    """Pairs for the placeholder/markup test: at least one protected span, 2..60 words."""
+    return 2 <= word_count(en) <= HELDOUT_MAX_WORDS and bool(protect.find_spans(en))
+
+
+def pick_protect_test(train: list[dict], size: int, seed: str = SEED) -> tuple[list[dict], list[dict]]:
+    """Hold out whole ``catalogs`` units (seeded-hash order) until ``size`` of their pairs carry
+    placeholders or markup; return (train without those units, the held-out protected pairs)."""
+    units: dict[str, list[dict]] = OrderedDict()
+    for p in train:
+        if p["source"] == "catalogs":
+            units.setdefault(p["unit"], []).append(p)
+    held, test = set(), []
+    for unit in sorted(units, key=lambda u: unit_hash(f"catalogs:{u}", seed)):
+        if len(test) >= size:
+            break
+        good = [p for p in units[unit] if protect_ok(p["en"])]
+        if good and len(units[unit]) <= HELDOUT_MAX_UNIT:
+            held.add(unit)
+            test += good
+    rest = [p for p in train if not (p["source"] == "catalogs" and p["unit"] in held)]
+    return dedup_against(rest, test), test
+
+
 # --------------------------------------------------------------------------- pipeline
 
 
@@ -695,6 +797,7 @@ def raw_pairs(sources: list[str], cache_dir: Path) -> Iterator[tuple[str, str, s
     if "ding" in sources:
         names += DING_PACKAGES
     pkgs = fetch_packages(list(dict.fromkeys(names)), cache_dir) if names else {}
+    catalogs = fetch_catalogs(catalog_packages(), cache_dir) if "catalogs" in sources else {}
     for src in ALL_SOURCES:
         if src not in sources:
             continue
@@ -708,6 +811,8 @@ def raw_pairs(sources: list[str], cache_dir: Path) -> Iterator[tuple[str, str, s
             yield from (("mallard", u, e, d) for u, e, d in extract_mallard(pkgs))
         elif src == "ding":
             yield from extract_ding(pkgs)
+        elif src == "catalogs":
+            yield from (("catalogs", u, e, d) for u, e, d in extract_catalogs(catalogs))
 
 
 def write_split(out_dir: Path, name: str, pairs: list[dict], with_source: bool = False) -> None:
@@ -765,12 +870,14 @@ def build(out_dir: Path, cache_dir: Path, sources: list[str] | None = None) -> d
               for s, w in weights.items()}
     train, dev, test = split_by_unit(rest, quotas)
     train = dedup_against(train, general)
+    train, test_protect = pick_protect_test(train, TEST_PROTECT_SIZE) if "catalogs" in sources else (train, [])
     random.Random(SEED).shuffle(train)  # sources interleaved for the trainer
 
     write_split(out_dir, "train", train, with_source=True)
     write_split(out_dir, "dev", dev)
     write_split(out_dir, "test_sw", test)
     write_split(out_dir, "test_general", general)
+    write_split(out_dir, "test_protect", test_protect)
 
     all_src = [s for s in ALL_SOURCES + ["ding_dict"] if raw[s]]
     table = {}
@@ -787,11 +894,12 @@ def build(out_dir: Path, cache_dir: Path, sources: list[str] | None = None) -> d
         row["dev"] = sum(p["source"] == s for p in dev)
         row["test_sw"] = sum(p["source"] == s for p in test)
         row["test_general"] = sum(p["source"] == s for p in general)
+        row["test_protect"] = sum(p["source"] == s for p in test_protect)
         table[s] = row
     stats = {
         "sources": table,
         "splits": {"train": len(train), "dev": len(dev), "test_sw": len(test),
-                   "test_general": len(general)},
+                   "test_general": len(general), "test_protect": len(test_protect)},
         "train_sentence_like": sum(is_sentence_like(p["en"]) for p in train),
         "quotas": quotas,
         "seed": SEED,
@@ -806,7 +914,7 @@ def build(out_dir: Path, cache_dir: Path, sources: list[str] | None = None) -> d
 def stats_markdown(stats: dict) -> str:
     """Render the per-source filter table, split sizes and licences as Markdown."""
     cols = ["raw"] + [f"drop_{f}" for f in FILTERS] + ["clean", "drop_dup_pair", "drop_dup_en",
-            "unique", "train", "train_sentence_like", "dev", "test_sw", "test_general"]
+            "unique", "train", "train_sentence_like", "dev", "test_sw", "test_general", "test_protect"]
     lines = ["# en-de corpus statistics", "",
              "Pairs per source before/after each filter (drops are applied in column order).", "",
              "| source | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
@@ -845,7 +953,7 @@ def register(subparsers) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m model.corpus")
+    parser = argparse.ArgumentParser(prog="python -m training.corpus")
     sub = parser.add_subparsers(dest="cmd")
     register(sub)
     ns = parser.parse_args(sys.argv[1:] if sys.argv[1:2] == ["corpus"] else ["corpus", *sys.argv[1:]])

@@ -1,6 +1,6 @@
 """`nmt eval`: sacreBLEU BLEU and chrF of a checkpoint on the test sets, per beam size.
 
-    python -m model.evaluate --model data/runs/en-de/final --data data/corpus \
+    python -m training.evaluate --model data/runs/en-de/final --data data/corpus \
         --sets test_sw,test_general --beams 1,4 --out eval.json
 
 Scores are deterministic (fixed thread count, deterministic search); only sentences/s varies.
@@ -110,7 +110,7 @@ def register(subparsers) -> None:
 
 
 def main(argv: list[str] | None = None):
-    parser = argparse.ArgumentParser(prog="python -m model.evaluate")
+    parser = argparse.ArgumentParser(prog="python -m training.evaluate")
     add_eval_args(parser)
     return eval_command(parser.parse_args(argv))
 

@@ -1,0 +1,207 @@
+"""Protected spans: placeholders, inline markup, URLs, e-mail addresses and Weblate's masks
+pass through the model as reserved sentinel pieces and come back exactly as written.
+
+    masked = mask("Click <b>%s</b> to print.")
+    masked.text   # "Click \\ue000\\ue001\\ue002 to print."   (sentinel k = chr(0xE000 + k))
+    masked.spans  # ["<b>", "%s", "</b>"]
+    unmask(translated_text, masked.spans)
+
+The sentinels are Unicode private-use characters, one SentencePiece user-defined symbol each,
+so a span is one token whatever its text, and the model learns to copy it, not to spell it.
+Training uses the same `spans` to keep only pairs whose two sides hold the same spans, and
+numbers them in a random order (`mask_pair`) so that every sentinel is seen, not just the first
+few; at inference they are numbered left to right.
+
+`repair` fixes what the model got wrong: a sentinel it dropped goes back where the
+cross-attention points, before the target token whose attention row weighs the sentinel's
+source position most; a repeated one is kept once (where the attention is highest); one that
+is not in the source is removed.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from torch import Tensor
+
+SENTINEL_BASE = 0xE000  # Unicode private use area: never in ordinary text
+MAX_SPANS = 32  # sentinels in the vocabulary; spans past the 32nd of a text stay plain text
+
+
+def sentinel(k: int) -> str:
+    return chr(SENTINEL_BASE + k)
+
+
+def sentinel_index(piece: str) -> int | None:
+    """k for a piece that is sentinel k (SentencePiece may prefix it with "▁"), else None."""
+    p = piece[1:] if piece.startswith("▁") else piece
+    if len(p) == 1 and 0 <= ord(p) - SENTINEL_BASE < MAX_SPANS:
+        return ord(p) - SENTINEL_BASE
+    return None
+
+
+SENTINELS = [sentinel(k) for k in range(MAX_SPANS)]
+
+# Alternatives in priority order: a tag wins over a placeholder inside it (<a href="%s">).
+_TAG = r"</?[A-Za-z][\w:.-]*(?:\s[^<>]*)?/?>"
+_URL = r"(?:https?|ftp)://[^\s<>\"']+|www\.[\w-]+\.[^\s<>\"']+"
+_EMAIL = r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
+_WEBLATE = r"\[X\d+X\]"  # Weblate masks placeholders as [X12X] before it asks a server
+_ENTITY = r"&(?:#\d+|#x[0-9A-Fa-f]+|[A-Za-z]\w*);"
+_PLACEHOLDER = (
+    r"%[A-Z][A-Z0-9_]+%?"                                       # %PRODUCTNAME, %OBJECT_NAME%
+    r"|%L\d+"                                                   # Qt localized %L1
+    r"|%(?:\d+\$)?(?:\([\w.-]+\))?[-+#0]*(?:\d+|\*)?(?:\.(?:\d+|\*))?"
+    r"(?:hh|h|ll|l|L|q|j|z|t|I64|I32|I)?[A-Za-z]"               # printf %s %-5.2f %1$s, Python %(name)s
+    r"|%\d+|%[<>]"                                              # Qt %1; gcc's %< %> quotes
+    r"|\{\{\w+\}\}|\{\w*(?::[^{}\s]*)?\}"                       # {{name}} {0} {name} {0:d}
+    r"|\$\{\w+\}|\$\(\w+\)|\$[A-Za-z_]\w*|\$\d+"              # ${VAR} $(ARG) $VAR $1
+)
+_SENTINEL = "[\ue000-\ue01f]"  # a sentinel character in the input is protected as itself
+SPAN_RE = re.compile("|".join(f"(?:{p})" for p in (_SENTINEL, _TAG, _URL, _EMAIL, _WEBLATE, _ENTITY,
+                                                  _PLACEHOLDER)))
+_URL_TRAILING = ".,;:!?)]}'\""
+
+
+def find_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of every protected span, left to right. `%%` is a literal percent sign."""
+    out = []
+    pos = 0
+    while True:
+        m = SPAN_RE.search(text, pos)
+        if m is None:
+            return out
+        start, end = m.span()
+        if start > 0 and text[start] == "%" and _escaped_percent(text, start):
+            pos = start + 1
+            continue
+        if re.match(_URL, text[start:end]):  # a URL ends before trailing punctuation
+            while end > start and text[end - 1] in _URL_TRAILING:
+                end -= 1
+        out.append((start, end))
+        pos = end
+
+
+def _escaped_percent(text: str, i: int) -> bool:
+    """Whether the % at i is the second half of an odd run of %, i.e. escaped by `%%`."""
+    run = 0
+    while i - run - 1 >= 0 and text[i - run - 1] == "%":
+        run += 1
+    return run % 2 == 1
+
+
+def spans(text: str) -> list[str]:
+    return [text[a:b] for a, b in find_spans(text)]
+
+
+@dataclass
+class Masked:
+    text: str  # the text with sentinel k in place of span k
+    spans: list[str] = field(default_factory=list)  # span k as written
+
+
+def mask(text: str, order: list[int] | None = None, first: int = 0) -> Masked:
+    """Replace the spans with sentinels first, first + 1, ... (or `order`'s numbers); spans past
+    sentinel MAX_SPANS - 1 stay as they are."""
+    found = find_spans(text)[:max(0, MAX_SPANS - first)]
+    numbers = order if order is not None else list(range(first, first + len(found)))
+    pieces, spans_by_number, pos = [], [""] * (max(numbers, default=-1) + 1), 0
+    for (a, b), k in zip(found, numbers):
+        pieces += [text[pos:a], sentinel(k)]
+        spans_by_number[k] = text[a:b]
+        pos = b
+    pieces.append(text[pos:])
+    return Masked("".join(pieces), spans_by_number)
+
+
+def unmask(text: str, spans: list[str]) -> str:
+    """Put span k back for sentinel k (a sentinel with no span is removed)."""
+    if not spans and not any(SENTINEL_BASE <= ord(c) < SENTINEL_BASE + MAX_SPANS for c in text):
+        return text
+    return "".join(spans[ord(c) - SENTINEL_BASE] if len(spans) > ord(c) - SENTINEL_BASE >= 0
+                   else ("" if SENTINEL_BASE <= ord(c) < SENTINEL_BASE + MAX_SPANS else c) for c in text)
+
+
+def mask_pair(source: str, target: str, rng: random.Random | None = None) -> tuple[str, str] | None:
+    """Mask a training pair whose sides hold the same spans; None when they differ.
+
+    The k-th occurrence of a span string in the target gets the sentinel of its k-th occurrence
+    in the source. With `rng`, sentinels are numbered in a random order, so the model learns to
+    copy every one of them rather than to expect 0 first.
+    """
+    src_found, tgt_found = find_spans(source), find_spans(target)
+    src_spans = [source[a:b] for a, b in src_found]
+    if Counter(src_spans) != Counter(target[a:b] for a, b in tgt_found) or len(src_spans) > MAX_SPANS:
+        return None
+    if not src_spans:
+        return source, target
+    numbers = rng.sample(range(MAX_SPANS), len(src_spans)) if rng else list(range(len(src_spans)))
+    queue: dict[str, list[int]] = {}
+    for s, k in zip(src_spans, numbers):
+        queue.setdefault(s, []).append(k)
+    target_numbers = [queue[target[a:b]].pop(0) for a, b in tgt_found]
+    return mask(source, numbers).text, mask(target, target_numbers).text
+
+
+@dataclass
+class Repair:
+    pieces: list[str]  # target pieces after the repair
+    inserted: list[int] = field(default_factory=list)  # sentinels put back
+    removed: list[int] = field(default_factory=list)  # sentinels dropped (repeats, unknown)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.inserted or self.removed)
+
+
+def repair(source_pieces: list[str], target_pieces: list[str], attention: Tensor | None) -> Repair:
+    """Make the target hold each sentinel of the source exactly once.
+
+    attention: (layers, heads, T', S) cross-attention of the hypothesis (T' >= len(target)
+    rows: row t is the step that emitted target piece t), or None (then a missing sentinel
+    goes at the end). source_pieces: the S source pieces, EOS included.
+    """
+    weights = None if attention is None else attention.float().mean(dim=(0, 1))  # (T', S)
+    source_pos: dict[int, int] = {}
+    for s, p in enumerate(source_pieces):
+        k = sentinel_index(p)
+        if k is not None:
+            source_pos.setdefault(k, s)
+    spaced = {k: source_pieces[s].startswith("▁") or (s > 0 and source_pieces[s - 1] == "▁")
+              for k, s in source_pos.items()}
+
+    def weight(t: int, k: int) -> float:
+        if weights is None or t >= weights.shape[0]:
+            return 0.0
+        return float(weights[t, source_pos[k]])
+
+    occurrences: dict[int, list[int]] = {}
+    for t, p in enumerate(target_pieces):
+        k = sentinel_index(p)
+        if k is not None:
+            occurrences.setdefault(k, []).append(t)
+    # keep each sentinel once, where its attention weight is highest; drop those not in the source
+    drop = set()
+    result = Repair(pieces=[])
+    for k, ts in occurrences.items():
+        extra = ts if k not in source_pos else [t for t in ts if t != max(ts, key=lambda t: weight(t, k))]
+        drop.update(extra)
+        result.removed += [k] * len(extra)
+    # a missing sentinel goes before the piece whose step attended to it most
+    free = [t for t in range(len(target_pieces)) if t not in drop and sentinel_index(target_pieces[t]) is None]
+    inserts: dict[int, list[int]] = {}
+    for k in sorted(source_pos, key=source_pos.get):
+        if k in occurrences:
+            continue
+        at = len(target_pieces) if weights is None else max(free + [len(target_pieces)], key=lambda t: weight(t, k))
+        inserts.setdefault(at, []).append(k)
+        result.inserted.append(k)
+    for t in range(len(target_pieces) + 1):
+        for k in inserts.get(t, []):
+            result.pieces.append(("▁" if spaced[k] else "") + sentinel(k))
+        if t < len(target_pieces) and t not in drop:
+            result.pieces.append(target_pieces[t])
+    return result

@@ -1,0 +1,96 @@
+"""Protected spans (model/protect.py): what is found, masking both ways, and the repair."""
+
+import random
+
+import torch
+
+from model import protect
+from model.protect import mask, mask_pair, repair, sentinel, spans, unmask
+
+S = [sentinel(k) for k in range(4)]
+
+
+def test_spans_of_every_kind():
+    assert spans("%(female_name)s is the daughter of %(father)s.") == ["%(female_name)s", "%(father)s"]
+    assert spans("Page %1 of %2, %L3, %-5.2f, %1$s, %d%%") == ["%1", "%2", "%L3", "%-5.2f", "%1$s", "%d"]
+    assert spans("Hello {0} and {name}, {{count}}") == ["{0}", "{name}", "{{count}}"]
+    assert spans("Set $HOME or ${XDG_DIR} or $(ARG)") == ["$HOME", "${XDG_DIR}", "$(ARG)"]
+    assert spans("Weblate sends [X12X] and [X3X].") == ["[X12X]", "[X3X]"]
+    assert spans('Click <b>here</b> or <a href="%s">there</a><br/>') == ["<b>", "</b>", '<a href="%s">', "</a>", "<br/>"]
+    assert spans("See https://example.org/a?b=1. Mail me@example.org!") == ["https://example.org/a?b=1",
+                                                                         "me@example.org"]
+    assert spans("Tom &amp; Jerry &#38; co") == ["&amp;", "&#38;"]
+
+
+def test_prose_is_not_a_span():
+    assert spans("100% sure, 5 % of them, 100%% done, a < b, {not closed") == []
+    assert spans("It costs 5 euros.") == []
+
+
+def test_mask_and_unmask_round_trip():
+    text = "Click <b>%s</b> to print %(n)d pages."
+    m = mask(text)
+    assert m.text == f"Click {S[0]}{S[1]}{S[2]} to print {S[3]} pages."
+    assert m.spans == ["<b>", "%s", "</b>", "%(n)d"]
+    assert unmask(m.text, m.spans) == text
+    assert unmask(f"x {sentinel(9)} y", ["a"]) == "x  y"  # a sentinel with no span is dropped
+
+
+def test_mask_pair_numbers_target_like_source():
+    src, tgt = mask_pair("Copy %s to %s with {0}", "Kopiere %s nach %s mit {0}")
+    assert src == f"Copy {S[0]} to {S[1]} with {S[2]}" and tgt == f"Kopiere {S[0]} nach {S[1]} mit {S[2]}"
+    # reordered in the target: the sentinel follows the span string
+    src, tgt = mask_pair("%1 of %2", "%2 von %1")
+    assert (src, tgt) == (f"{S[0]} of {S[1]}", f"{S[1]} von {S[0]}")
+    assert mask_pair("Open %s", "Öffnen") is None
+    assert mask_pair("No spans here", "Keine hier") == ("No spans here", "Keine hier")
+
+
+def test_mask_pair_random_numbers_cover_all_sentinels():
+    rng = random.Random(0)
+    seen = set()
+    for _ in range(200):
+        src, tgt = mask_pair("%s and %d", "%s und %d", rng)
+        ks = [ord(c) - protect.SENTINEL_BASE for c in src if ord(c) >= protect.SENTINEL_BASE]
+        assert len(set(ks)) == 2 and [c for c in tgt if ord(c) >= protect.SENTINEL_BASE] == [
+            c for c in src if ord(c) >= protect.SENTINEL_BASE]
+        seen.update(ks)
+    assert seen == set(range(protect.MAX_SPANS))
+
+
+def _attention(rows: list[list[float]]) -> torch.Tensor:
+    return torch.tensor(rows).view(1, 1, len(rows), len(rows[0]))
+
+
+def test_repair_inserts_a_dropped_span_where_attention_points():
+    source = ["▁Open", "▁", S[0], "▁now", "</s>"]
+    target = ["▁Öffne", "▁jetzt", "</s>"]
+    # the step that emitted "▁jetzt" (row 1) looked at the sentinel (column 2)
+    att = _attention([[0.9, 0, 0.05, 0.05, 0], [0.1, 0, 0.8, 0.1, 0], [0, 0, 0, 0, 1]])
+    fixed = repair(source, target[:2], att)
+    assert fixed.pieces == ["▁Öffne", "▁" + S[0], "▁jetzt"] and fixed.inserted == [0] and not fixed.removed
+
+
+def test_repair_keeps_one_of_a_repeated_span_and_drops_unknown_ones():
+    source = ["▁Hi", S[0], "</s>"]
+    target = ["▁Hallo", S[0], S[0], S[3]]
+    att = _attention([[1, 0, 0], [0.2, 0.3, 0], [0.1, 0.9, 0], [0.5, 0.5, 0]])
+    fixed = repair(source, target, att)
+    assert fixed.pieces == ["▁Hallo", S[0]] and sorted(fixed.removed) == [0, 3]
+    assert not repair(source, ["▁Hallo", S[0]], att).changed
+
+
+def test_repair_without_attention_appends():
+    fixed = repair(["▁a", S[0], S[1], "</s>"], ["▁b", S[1]], None)
+    assert fixed.pieces == ["▁b", S[1], S[0]] and fixed.inserted == [0]
+
+
+def test_repair_keeps_to_the_sentinels_of_its_source():
+    # a sentence of a longer text holds sentinels 2 and 3 only: 0 and 1 are not missing
+    fixed = repair(["▁x", S[2], "▁y", S[3], "</s>"], ["▁X", S[2], "▁Y", S[3]], None)
+    assert not fixed.changed
+
+
+def test_mask_numbers_from_first():
+    m = mask("a %s b %d", first=5)
+    assert m.text == f"a {sentinel(5)} b {sentinel(6)}" and m.spans[5:] == ["%s", "%d"]

@@ -56,8 +56,10 @@ class SpanRepair(BaseModel):
     inserted: list[str] = Field(description="Protected spans (placeholders, tags, URLs, e-mail addresses, Weblate "
                                 "masks) the model left out, put back before the target token whose attention "
                                 "weighed them most.", examples=[["%(name)s"]])
-    removed: list[str] = Field(description="Spans the model wrote more than once (one copy is kept) or that "
-                               "are not in the source.", examples=[[]])
+    removed: list[str] = Field(description="Spans the model wrote more than once: the extra copies, removed "
+                               "(the one its attention points to most is kept).", examples=[[]])
+    removed_unknown: int = Field(0, description="Sentinels the model wrote that stand for no span of the source: "
+                                 "removed.", examples=[0])
 
 
 SPAN_REPAIR_DOC = ("Present when the model's output did not hold each protected span of the source exactly once "

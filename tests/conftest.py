@@ -13,6 +13,7 @@ import sentencepiece as spm
 import torch
 
 from model.checkpoint import save_checkpoint
+from model.protect import SENTINELS
 from model.transformer import ModelConfig, Transformer
 
 TINY_TEXT = [
@@ -49,8 +50,9 @@ GERMAN = [
 ]
 
 
-def train_tiny_spm(directory: Path, vocab_size: int = 96) -> Path:
-    """A joint SentencePiece model with pad=0, unk=1, bos=2, eos=3 (the project's convention)."""
+def train_tiny_spm(directory: Path, vocab_size: int = 96, sentinels: bool = False) -> Path:
+    """A joint SentencePiece model with pad=0, unk=1, bos=2, eos=3 (the project's convention);
+    with `sentinels`, the sentinels of protected spans as user-defined pieces (model/protect.py)."""
     directory.mkdir(parents=True, exist_ok=True)
     corpus = directory / "spm.txt"
     corpus.write_text("\n".join(TINY_TEXT * 4) + "\n")
@@ -58,14 +60,14 @@ def train_tiny_spm(directory: Path, vocab_size: int = 96) -> Path:
     spm.SentencePieceTrainer.train(
         input=str(corpus), model_prefix=str(prefix), vocab_size=vocab_size, model_type="unigram",
         pad_id=0, unk_id=1, bos_id=2, eos_id=3, character_coverage=1.0, hard_vocab_limit=False,
-        minloglevel=2,
+        minloglevel=2, user_defined_symbols=SENTINELS if sentinels else [],
     )
     return prefix.with_suffix(".model")
 
 
-def make_tiny_checkpoint(directory: Path, seed: int = 0, **config_overrides) -> Path:
+def make_tiny_checkpoint(directory: Path, seed: int = 0, sentinels: bool = False, **config_overrides) -> Path:
     """A random tiny model saved in the checkpoint format; returns its directory."""
-    spm_path = train_tiny_spm(directory / "spm")
+    spm_path = train_tiny_spm(directory / "spm", 96 + 32 * sentinels, sentinels)
     vocab = spm.SentencePieceProcessor(model_file=str(spm_path)).get_piece_size()
     # 4 heads of 16: a head size the C++ attention takes, so int8 models run the fused decoder step
     options = dict(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=64, n_heads=4, d_ff=64,
@@ -82,6 +84,12 @@ def make_tiny_checkpoint(directory: Path, seed: int = 0, **config_overrides) -> 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> Path:
     return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="session")
+def tiny_sentinel_checkpoint(tmp_path_factory) -> Path:
+    """A tiny random model whose vocabulary has the sentinels of protected spans."""
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny-sentinels"), sentinels=True)
 
 
 @contextmanager

@@ -135,3 +135,47 @@ def test_mastodon_request_end_to_end(client, monkeypatch):
                    f'<p><a href="https://x.y/tags/test" class="mention hashtag" rel="tag">#<span>{t[2]}</span>'
                    "</a></p>")
     assert spoiler_out == t[3]
+
+
+@pytest.fixture(scope="module")
+def span_client(tiny_sentinel_checkpoint):
+    settings = Settings(model_dirs=[str(tiny_sentinel_checkpoint)], workers=1, threads_per_worker=1, max_wait_ms=2)
+    with ready_client(settings) as c:
+        yield c
+
+
+def translated_items(client) -> float:
+    lines = [x for x in client.get("/metrics").text.splitlines() if x.startswith("nmt_translated_items_total")]
+    return sum(float(line.split()[-1]) for line in lines)
+
+
+def test_inline_tags_travel_inside_one_sentence(span_client):
+    """With a model that has sentinels, inline tags are part of the sentence: one sentence reaches
+    the model, and every tag comes back as written, in order."""
+    document = '<p>Click <b>Print</b> or <a href="/help?a=1&amp;b=2" title="x">help</a> to print.</p>'
+    before = translated_items(span_client)
+    out = lt(span_client, q=document, format="html")["translatedText"]
+    assert translated_items(span_client) == before + 1
+    # each tag exactly once, as written (in the order the translation puts its words: a random model's)
+    assert sorted(TAG.findall(out)) == sorted(TAG.findall(document))
+    assert out.startswith("<p>") and out.endswith("</p>")
+
+
+def test_placeholders_come_back_exactly_once(span_client):
+    text = "%(female_name)s is the daughter of %(father)s and %(mother)s. Send [X12X] to {0}!"
+    for format in ("text", "html"):
+        out = lt(span_client, q=text, format=format)["translatedText"]
+        for span in ("%(female_name)s", "%(father)s", "%(mother)s", "[X12X]", "{0}"):
+            assert out.count(span) == 1, (format, span, out)
+    body = span_client.post("/v1/translate", json={"text": [text, "No spans here."], "source": "en", "target": "de",
+                                                   "beam_size": 2, "n_best": 2}).json()
+    first = body["translations"][0]
+    for hypothesis in [first] + first["alternatives"]:
+        for span in ("%(female_name)s", "%(father)s", "[X12X]"):
+            assert hypothesis["text"].count(span) == 1
+        repair = hypothesis.get("span_repair")
+        assert repair is None or set(repair["inserted"]) <= {"%(female_name)s", "%(father)s", "%(mother)s",
+                                                             "[X12X]", "{0}"}
+    assert not any(0xE000 <= ord(c) < 0xE020 for c in body["translations"][1]["text"])  # no sentinel escapes
+    metrics = span_client.get("/metrics").text
+    assert 'nmt_span_repairs_total{kind="inserted",model="en-de"}' in metrics

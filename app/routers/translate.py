@@ -36,8 +36,10 @@ def translation_out(service: Service, model_id: str, result: TranslationResult, 
     def repair(h: Translation) -> SpanRepair | None:
         if not h.repaired:
             return None
-        return SpanRepair(inserted=[result.spans[k] for k in h.spans_inserted if k < len(result.spans)],
-                          removed=[result.spans[k] if k < len(result.spans) else "" for k in h.spans_removed])
+        known = len(result.spans)
+        return SpanRepair(inserted=[result.spans[k] for k in h.spans_inserted],
+                          removed=[result.spans[k] for k in h.spans_removed if k < known],
+                          removed_unknown=sum(k >= known for k in h.spans_removed))
 
     best, *others = result.hypotheses
     out = TranslationOut(

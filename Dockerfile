@@ -72,9 +72,11 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('/src/pyproject
  && pip install -r /tmp/requirements.txt \
  && rm /tmp/requirements.txt
 
-# The package itself (model, app, app/static), installed (not editable) into the venv.
+# The package itself (model, app, app/static, and training: the `nmt corpus|train|eval` commands),
+# installed (not editable) into the venv.
 COPY model/ /src/model/
 COPY app/ /src/app/
+COPY training/ /src/training/
 RUN pip install --no-deps /src \
  && python -c "import app.cli, model.translator" \
  && nmt --help >/dev/null
@@ -108,7 +110,7 @@ LABEL org.opencontainers.image.title="nmt-service" \
       org.opencontainers.image.licenses="Apache-2.0" \
       nmt.torch-variant="${TORCH_VARIANT}"
 
-# g++: torch's extension loader compiles the CPU kernels (model/cpu_*.cpp) for the CPU the
+# g++: torch's extension loader compiles the CPU kernels (model/kernels/*.cpp) for the CPU the
 # container runs on; they are built below for the build host's CPU and rebuilt at start only
 # where the CPU's vector instructions differ (without g++ decoding falls back to PyTorch ops).
 # The Python headers come with python:3.11-slim; python3-dev only where an image lacks them.
@@ -144,7 +146,7 @@ WORKDIR /home/nmt
 # width and the narrower ones it can run (AVX-512 and AVX2 on an AVX-512 build host). With a
 # writable root the service rebuilds there for other CPUs; with a read-only one (compose) it
 # uses these as they are, or falls back to PyTorch ops on a CPU none of them fits.
-RUN python -c "from model import cpu_kernels; print('CPU kernels built for', cpu_kernels.prebuild())"
+RUN python -c "from model import kernels; print('CPU kernels built for', kernels.prebuild())"
 EXPOSE 8000
 
 # /ready answers 200 once the workers have loaded the models.

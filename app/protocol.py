@@ -156,9 +156,9 @@ class ModelInfo(BaseModel):
                                           "candidate selection (false: PyTorch ops only, slower; always false on GPU).",
                               examples=[True])
     fused: bool = Field(description="Whether its CPU workers run the int8 model's encoder and decoder step as one "
-                                    "compiled call each (model/cpu_fused.cpp; only with dtype int8).", examples=[True])
+                                    "compiled call each (model/kernels/fused.cpp; only with dtype int8).", examples=[True])
     int8_path: str | None = Field(description="With dtype int8, which integer product path runs: avx512_vnni, avx2 "
-                                              "or scalar (model/cpu_int8.cpp); null otherwise.",
+                                              "or scalar (model/kernels/int8.cpp); null otherwise.",
                                   examples=["avx512_vnni"])
     max_source_tokens: int = Field(description="Longest accepted text in source tokens (EOS included).",
                                    examples=[1024])

@@ -113,9 +113,9 @@ class Worker:
     device: str
     state: str = "stopped"  # starting | idle | busy | restarting | failed | stopped
     reason: str = ""
-    cpu_kernels: bool = False  # whether its translators run the C++ CPU kernels (model/cpu_kernels.py)
+    cpu_kernels: bool = False  # whether its translators run the C++ CPU kernels (model/kernels/__init__.py)
     fused: bool = False  # whether an int8 model's encoder and decoder step run as one C++ call each
-    int8_path: str | None = None  # which int8 product path (model/cpu_int8.cpp), when int8
+    int8_path: str | None = None  # which int8 product path (model/kernels/int8.cpp), when int8
     restarts: int = 0
     process: Any = None
     conn: Any = None

@@ -6,7 +6,7 @@
     python bench/engine.py --model checkpoints/en-de --engines ours,ct2
 
 A random MarianMT model of the chosen shape is built once (cached under --workdir), saved as a
-HF directory with tokenizer files, imported into our format (`model.marian.import_marian`)
+HF directory with tokenizer files, imported into our format (`model.convert.marian.import_marian`)
 and converted for CTranslate2 (`TransformersConverter`). Every engine then decodes the same
 random 25-token sources (EOS included).
 
@@ -107,7 +107,7 @@ def build_hf_model(directory: Path, shape: str, seed: int = 0) -> Path:
 
 def prepare(workdir: Path, shape: str, need_ct2: bool) -> dict[str, Path]:
     """Build (or reuse) the HF directory, our import and the CTranslate2 conversion."""
-    from model.marian import import_marian
+    from model.convert.marian import import_marian
 
     d = workdir / shape
     paths = {"hf": d / "hf", "ours": d / "ours", "ct2": d / "ct2"}
@@ -219,7 +219,7 @@ class Row:
 def our_translator(ckpt: Path, compute: str, **options) -> Translator:
     """Our Translator on the CPU in `compute`; "int8-per-batch", for comparison only: PyTorch's
     dynamic quantization as it is, one activation scale per batch (what ours ran before
-    model/cpu_weights.py's Int8Linear)."""
+    model/cpu/weights.py's Int8Linear)."""
     if compute != "int8-per-batch":
         return Translator(ckpt, device="cpu", dtype=compute, **options)
     translator = Translator(ckpt, device="cpu", dtype="float32", **options)

@@ -4,10 +4,10 @@ against the PyTorch ops they replace, at the shapes of a beam 4 x 32 step of the
 
     .venv/bin/python bench/kernels.py [--dtype bfloat16|float32|int8] [--rows 128] [--threads 1]
 
-With --dtype int8: our int8 products (model/cpu_int8.cpp) against fbgemm's dynamic int8
+With --dtype int8: our int8 products (model/kernels/int8.cpp) against fbgemm's dynamic int8
 (PyTorch's dynamic quantization, what Int8Linear ran before) and float32 F.linear; the encoder and
-a whole decoder step of a random model of the shipped shape, fused (model/cpu_fused.cpp) against
-PyTorch over the same int8 layers; and the search step after it (model/cpu_search.cpp) against
+a whole decoder step of a random model of the shipped shape, fused (model/kernels/fused.cpp) against
+PyTorch over the same int8 layers; and the search step after it (model/kernels/search.cpp) against
 its PyTorch twin.
 
 Prints microseconds per call (median of 7 runs of 200 calls) and the ratio.
@@ -26,8 +26,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from model import cpu_kernels  # noqa: E402
-from model.cpu_weights import PrepackedLinear, can_prepack_bf16  # noqa: E402
+from model import kernels  # noqa: E402
+from model.cpu.weights import PrepackedLinear, can_prepack_bf16  # noqa: E402
 from model.search import _rows_top  # noqa: E402
 
 
@@ -50,7 +50,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    if cpu_kernels.kernels() is None:
+    if kernels.load() is None:
         sys.exit("the CPU kernels did not build (see the warning above)")
     dt = torch.float32 if args.dtype == "int8" else getattr(torch, args.dtype)
     N, H, Dh, T, S, V, beams = args.rows, 8, 32, 30, 25, 8000, 4
@@ -67,18 +67,18 @@ def main() -> None:
     k, v = cache[:, :T, 0].transpose(1, 3).unbind(2)
     q = torch.randn(N, H, 1, Dh, generator=g).to(dt)
     table = torch.arange(N)[:, None].expand(N, T).contiguous()
-    row("self-attention", lambda: cpu_kernels.attention(q, k, v, None, False, table),
+    row("self-attention", lambda: kernels.attention(q, k, v, None, False, table),
         lambda: F.scaled_dot_product_attention(q, k, v), f"({N}, {H}, 1, {Dh}) over {T} cached positions; SDPA")
     # encoder-decoder attention: the beams of a sentence as queries of its source
     qc = torch.randn(N // beams, H, beams, Dh, generator=g).to(dt)
     kc, vc = torch.randn(2, N // beams, S, H, Dh, generator=g).to(dt).transpose(2, 3).unbind(0)
     bias = torch.zeros(N // beams, 1, 1, S, dtype=dt)
-    row("encoder-decoder attention", lambda: cpu_kernels.attention(qc, kc, vc, bias, False),
+    row("encoder-decoder attention", lambda: kernels.attention(qc, kc, vc, bias, False),
         lambda: F.scaled_dot_product_attention(qc, kc, vc, attn_mask=bias),
         f"({N // beams}, {H}, {beams}, {Dh}) over {S} source positions; SDPA")
     # candidates: the 2k best log-probs of each row
     logits = (torch.randn(N, V, generator=g) * 3).to(dt)
-    row("candidate selection", lambda: cpu_kernels.row_top(logits, 2 * beams, (0,)),
+    row("candidate selection", lambda: kernels.row_top(logits, 2 * beams, (0,)),
         lambda: _rows_top(logits, 2 * beams, (0,)), f"({N}, {V}) logits, top {2 * beams}; log_softmax + top-k")
     if dt == torch.bfloat16 and can_prepack_bf16(torch.nn.Linear(1, 1).bfloat16()):
         for d_in, d_out in [(256, 768), (1024, 256), (256, V)]:
@@ -106,8 +106,8 @@ def int8_rows(row, N: int, T: int, S: int, V: int, beams: int, g: torch.Generato
     import copy
     import warnings
 
-    from model.cpu_fused import fuse
-    from model.cpu_weights import Int8Linear, quantize_linear_int8
+    from model.cpu.fused import fuse
+    from model.cpu.weights import Int8Linear, quantize_linear_int8
     from model.search import _select, select
     from model.transformer import ModelConfig, Transformer
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from model import cpu_kernels
+from model import kernels
 from model.transformer import Transformer
 
 # entries per block in the two-level top-k (measured at V = 32000: 32 beats 16, 64 and 128)
@@ -88,8 +88,8 @@ def top_candidates(logits: Tensor, run_scores: Tensor, n: int, banned: tuple[int
     """
     B, k = run_scores.shape
     m = min(n, logits.size(-1))
-    if cpu_kernels.handles_logits(logits):  # one pass per row, in C++ (3-6x the PyTorch ops below)
-        row_top, row_tok = cpu_kernels.row_top(logits, m, banned)
+    if kernels.handles_logits(logits):  # one pass per row, in C++ (3-6x the PyTorch ops below)
+        row_top, row_tok = kernels.row_top(logits, m, banned)
     else:
         row_top, row_tok = _rows_top(logits, m, banned)
     scores = run_scores.view(-1, 1) + row_top  # (N, m)
@@ -98,7 +98,7 @@ def top_candidates(logits: Tensor, run_scores: Tensor, n: int, banned: tuple[int
 
 
 def _rows_top(logits: Tensor, m: int, banned: tuple[int, ...]) -> tuple[Tensor, Tensor]:
-    """The PyTorch twin of cpu_kernels.row_top: (N, V) logits -> the m best log-probs of each
+    """The PyTorch twin of kernels.row_top: (N, V) logits -> the m best log-probs of each
     row (float32) and their tokens, `banned` excluded."""
     # bf16/fp16 logits: convert all rows in one pass first; upcasting slice by slice inside
     # log_softmax is slower (128 x 32000 bf16 rows, 1 thread: 7.9 ms -> 5.1 ms per step)
@@ -142,9 +142,9 @@ def select(logits: Tensor, run_scores: Tensor, pool_scores: Tensor, pool_ref: Te
     the top k go to the pool of finished hypotheses (score log_prob / (t + 1)^length_penalty)
     unless it is full; the best k that do not end continue. Also returns whether any sentence is
     done (its pool full, or its cap reached) and whether every beam continues itself (no reorder).
-    On the CPU one C++ call (model/cpu_search.cpp), else PyTorch ops (`_select`)."""
-    if cpu_kernels.handles_logits(logits):
-        out, any_done, in_place = cpu_kernels.kernels().beam_step(
+    On the CPU one C++ call (model/kernels/search.cpp), else PyTorch ops (`_select`)."""
+    if kernels.handles_logits(logits):
+        out, any_done, in_place = kernels.load().beam_step(
             logits, run_scores, pool_scores, pool_ref, max_len, t, list(banned), eos_id, length_penalty)
         return _Selection(*out), any_done, in_place
     return _select(logits, run_scores, pool_scores, pool_ref, max_len, t, banned, eos_id, length_penalty)

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model import cpu_kernels
+from model import kernels
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
 
@@ -99,10 +99,10 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights
     Returns (B, H, Tq, Dh) and, if asked, the weights (B, H, Tq, Tk), in float32 whatever the
     model's dtype (they are read, not just used). Without weights the fused kernel runs. A
     decoder step on the CPU (a few queries, no mask but a bias over keys) runs our kernel
-    (model/cpu_kernels.py), weights or not.
+    (model/kernels/__init__.py), weights or not.
     """
-    if dropout == 0.0 and cpu_kernels.handles_attention(q, k, mask):
-        return cpu_kernels.attention(q, k, v, mask, need_weights, rows)
+    if dropout == 0.0 and kernels.handles_attention(q, k, mask):
+        return kernels.attention(q, k, v, mask, need_weights, rows)
     if rows is not None:  # gather each entry's keys and values: 2 x (B, H, Tk, Dh)
         positions = torch.arange(k.size(2), device=k.device)
         k, v = k[rows, :, positions].transpose(1, 2), v[rows, :, positions].transpose(1, 2)
@@ -284,7 +284,7 @@ class Transformer(nn.Module):
         if c.tie_output:
             self.output_proj.weight = self.tgt_embed.weight
         self.embed_scale = math.sqrt(c.d_model) if c.scale_embedding else 1.0
-        # encode and decode_step in one call each, set by model/cpu_fused.py for int8 models on the CPU
+        # encode and decode_step in one call each, set by model/cpu/fused.py for int8 models on the CPU
         self.fused = None
         self.reset_parameters()
 

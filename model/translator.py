@@ -15,10 +15,10 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from model import cpu_kernels, protect
+from model import kernels, protect
 from model.checkpoint import load_checkpoint
-from model.cpu_fused import can_fuse, fuse
-from model.cpu_weights import can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
+from model.cpu.fused import can_fuse, fuse
+from model.cpu.weights import can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
 from model.search import beam_search
 
 MAX_BEAM = 16
@@ -60,7 +60,7 @@ def auto_dtype(device: str | torch.device) -> str:
     - CUDA: bfloat16 on GPUs from Ampere on, else float32;
     - CPUs with AMX: bfloat16 (oneDNN's AMX matrix kernels);
     - other CPUs where our int8 kernels run a vector path (AVX-512 VNNI or AVX2,
-      model/cpu_int8.cpp): int8 Linear layers and the fused decoder step (on AVX-512 VNNI
+      model/kernels/int8.cpp): int8 Linear layers and the fused decoder step (on AVX-512 VNNI
       1.5-2x bf16 products, and at a few decoder rows several times any PyTorch step);
     - CPUs with AVX-512 BF16 but no built kernels: bfloat16; else float32.
     The shipped model's dev-set BLEU moves by less than 0.2 either way (its model card);
@@ -72,7 +72,7 @@ def auto_dtype(device: str | torch.device) -> str:
         return "float32"
     if torch.cpu._is_amx_tile_supported():
         return "bfloat16"
-    if cpu_kernels.int8_path() in ("avx512_vnni", "avx2"):
+    if kernels.int8_path() in ("avx512_vnni", "avx2"):
         return "int8"
     return "bfloat16" if torch.cpu._is_avx512_bf16_supported() else "float32"
 
@@ -82,7 +82,7 @@ class Translator:
                  max_length_a: float = 1.5, max_length_b: int = 10, max_length_cap: int = 256,
                  prepack: bool = True):
         """prepack: on a CPU with native bf16, a bfloat16 model's Linear weights are reordered
-        once into oneDNN's layout (model/cpu_weights.py); False keeps plain torch Linear layers."""
+        once into oneDNN's layout (model/cpu/weights.py); False keeps plain torch Linear layers."""
         self.device = torch.device(device or default_device())
         self.dtype = dtype = auto_dtype(self.device) if dtype == "auto" else dtype
         if dtype == "int8":
@@ -98,9 +98,9 @@ class Translator:
                 prepack_linear_bf16(self.model)
         self.config = self.model.config
         # built or loaded now rather than in the first request; False: PyTorch ops only
-        self.cpu_kernels = self.device.type == "cpu" and cpu_kernels.available()
+        self.cpu_kernels = self.device.type == "cpu" and kernels.available()
         # the int8 product path ("avx512_vnni", "avx2", "scalar"), or None: not int8, or no kernels
-        self.int8_path = cpu_kernels.int8_path() if dtype == "int8" else None
+        self.int8_path = kernels.int8_path() if dtype == "int8" else None
         self.max_length_a, self.max_length_b = max_length_a, max_length_b
         self.max_length_cap = min(max_length_cap, self.config.max_positions)
 

@@ -13,7 +13,7 @@ spec="."
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e "$spec"
-# the CPU kernels (model/cpu_*.cpp) are compiled on first use; without a C++ compiler
+# the CPU kernels (model/kernels/*.cpp) are compiled on first use; without a C++ compiler
 # decoding still works, on slower PyTorch ops
 if ! command -v c++ >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -22,4 +22,4 @@ if ! command -v c++ >/dev/null 2>&1; then
     echo "no C++ compiler (c++): install g++ for the fast CPU kernels; falling back to PyTorch ops" >&2
   fi
 fi
-.venv/bin/python -c "from model import cpu_kernels; cpu_kernels.kernels()"
+.venv/bin/python -c "from model import kernels; kernels.load()"

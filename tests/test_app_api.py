@@ -152,11 +152,11 @@ def test_models_and_languages(client):
     m = models["en-de"]
     assert (m["source"], m["target"], m["device"], m["dtype"]) == ("en", "de", "cpu", auto_dtype("cpu"))
     assert m["config"]["d_model"] == 64 and m["max_source_tokens"] == 128 and m["parameters"] > 10_000
-    assert m["cpu_kernels"] is True  # built here (tests/test_cpu_kernels.py says why they must)
-    from model import cpu_kernels
+    assert m["cpu_kernels"] is True  # built here (tests/test_kernels.py says why they must)
+    from model import kernels
 
     int8 = auto_dtype("cpu") == "int8"
-    assert m["fused"] is int8 and m["int8_path"] == (cpu_kernels.int8_path() if int8 else None)
+    assert m["fused"] is int8 and m["int8_path"] == (kernels.int8_path() if int8 else None)
     v1 = client.get("/v1/languages").json()
     assert {(p["source"], p["target"], p["model"]) for p in v1["pairs"]} == {("en", "de", "en-de"),
                                                                               ("de", "en", "de-en")}

@@ -1,4 +1,4 @@
-"""An int8 model's fused encoder and decoder step (model/cpu_fused.cpp) against the PyTorch
+"""An int8 model's fused encoder and decoder step (model/kernels/fused.cpp) against the PyTorch
 encode and decode_step they replace: the same arithmetic, so the same results bit for bit (an
 activation that came out a last bit apart could round to another int8 level)."""
 
@@ -8,9 +8,9 @@ import threading
 import pytest
 import torch
 
-from model import cpu_kernels
-from model.cpu_fused import can_fuse, fuse
-from model.cpu_weights import quantize_linear_int8
+from model import kernels as loader
+from model.cpu.fused import can_fuse, fuse
+from model.cpu.weights import quantize_linear_int8
 from model.search import beam_search
 from model.transformer import ModelConfig, Transformer
 from model.translator import Translator
@@ -19,7 +19,7 @@ from tests.conftest import make_tiny_checkpoint
 
 @pytest.fixture(scope="module", autouse=True)
 def kernels():
-    assert cpu_kernels.kernels() is not None, "model/cpu_kernels.cpp did not build"
+    assert loader.load() is not None, "model/kernels/kernels.cpp did not build"
 
 
 def int8_pair(norm="pre", activation="relu", seed=0, **overrides):
@@ -108,7 +108,7 @@ def test_only_int8_cpu_models_with_a_kernel_head_size_fuse():
     with pytest.raises(ValueError, match="int8"):
         fuse(float32)
     assert can_fuse(quantize_linear_int8(float32))
-    odd_heads = quantize_linear_int8(Transformer(ModelConfig(**{**options, "n_heads": 8})).eval())  # 8 per head
+    odd_heads = quantize_linear_int8(Transformer(ModelConfig(**{**options, "n_heads": 16})).eval())  # 4 per head
     assert not can_fuse(odd_heads)
 
 

@@ -3,7 +3,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.cpu_weights import Int8Linear, PrepackedLinear, can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
+from model.cpu.weights import Int8Linear, PrepackedLinear, can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
 from model.translator import Translator
 
 NATIVE_BF16 = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
@@ -64,13 +64,13 @@ def test_feed_forward_activation_moves_into_the_packed_product():
 
 @pytest.fixture(params=["kernels", "pytorch"])
 def int8_path(request, monkeypatch):
-    """Int8Linear with the C++ row scaling (model/cpu_kernels.cpp) and with its PyTorch twin."""
-    from model import cpu_kernels
+    """Int8Linear with the C++ row scaling (model/kernels/kernels.cpp) and with its PyTorch twin."""
+    from model import kernels as loader
 
     if request.param == "kernels":
-        assert cpu_kernels.kernels() is not None
+        assert loader.load() is not None
     else:
-        monkeypatch.setattr(cpu_kernels, "kernels", lambda: None)
+        monkeypatch.setattr(loader, "load", lambda: None)
     return request.param
 
 
@@ -93,15 +93,15 @@ def test_int8_rows_are_independent_of_the_batch_and_close_to_float32(int8_path):
 
 
 def test_the_kernels_and_their_twin_agree(monkeypatch):
-    from model import cpu_kernels
+    from model import kernels as loader
 
     torch.manual_seed(1)
     linear = nn.Linear(40, 70)
     int8, x = Int8Linear(linear), torch.randn(2, 6, 40) * 3
     with torch.inference_mode():
-        assert cpu_kernels.kernels() is not None
+        assert loader.load() is not None
         with_kernels = int8(x)
-        monkeypatch.setattr(cpu_kernels, "kernels", lambda: None)
+        monkeypatch.setattr(loader, "load", lambda: None)
         twin = int8(x)
     torch.testing.assert_close(with_kernels, twin, rtol=1e-5, atol=1e-5)
 

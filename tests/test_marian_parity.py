@@ -12,7 +12,7 @@ import sentencepiece as spm
 import torch
 
 from model.checkpoint import load_checkpoint
-from model.marian import MarianImportError, import_marian
+from model.convert.marian import MarianImportError, import_marian
 from model.translator import Translator
 from tests.conftest import TINY_TEXT, train_tiny_spm
 
@@ -295,7 +295,7 @@ def test_refusals(tmp_path, tokenizer_files):
 def test_cli_registration(tmp_path, tokenizer_files):
     import argparse
 
-    from model import marian
+    from model.convert import marian
 
     build_hf(tmp_path / "hf", tokenizer_files, "relu", False, eos_bias=0.0)
     parser = argparse.ArgumentParser()

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from model.cli import translate_command
-from model.cpu_weights import Int8Linear
+from model.cpu.weights import Int8Linear
 from model.translator import Translator, auto_dtype
 
 SENTENCES = ["Open the file.", "Hello world, this is a small test sentence with more words.", "Click.",
@@ -107,7 +107,7 @@ def test_int8_is_cpu_only(tiny_checkpoint):
 
 
 def test_auto_dtype_is_bfloat16_on_amx_else_int8_where_the_kernels_run_a_vector_path(tiny_checkpoint, monkeypatch):
-    from model import cpu_kernels
+    from model import kernels
 
     translator = Translator(tiny_checkpoint, device="cpu", dtype="auto")
     assert translator.dtype == auto_dtype("cpu")

@@ -1,13 +1,13 @@
-"""C++ kernels for decoding on the CPU (model/cpu_*.cpp, one extension module), with PyTorch twins.
+"""C++ kernels for decoding on the CPU (model/kernels/*.cpp, one extension module), with PyTorch twins.
 
-- cpu_kernels.cpp: attention with a few queries per head (a decoder step's self-attention over its
+- kernels.cpp: attention with a few queries per head (a decoder step's self-attention over its
   cache, and encoder-decoder attention with the beams as queries), and choosing candidates (the
   best log-probabilities of each row without writing out log_softmax): PyTorch's CPU ops run
   both far below memory speed at decoding shapes (numbers: `bench/kernels.py`, BENCHMARKS.md).
-- cpu_int8.cpp: int8 matrix products with activations quantized row by row (Int8Linear,
-  model/cpu_weights.py): AVX-512 VNNI, AVX2 or portable, chosen at run time.
-- cpu_search.cpp: beam search's step after the decoder (model/search.py, select).
-- cpu_fused.cpp: an int8 model's encoder and decoder step as one call each (model/cpu_fused.py).
+- int8.cpp: int8 matrix products with activations quantized row by row (Int8Linear,
+  model/cpu/weights.py): AVX-512 VNNI, AVX2 or portable, chosen at run time.
+- search.cpp: beam search's step after the decoder (model/search.py, select).
+- fused.cpp: an int8 model's encoder and decoder step as one call each (model/cpu/fused.py).
 
 They are compiled on first use with torch's C++ extension loader (needs g++ and ninja; the
 result is cached under TORCH_EXTENSIONS_DIR, ~/.cache/torch_extensions by default) for the
@@ -32,8 +32,8 @@ log = logging.getLogger(__name__)
 
 _HERE = Path(__file__).parent
 # one extension module; the header is not a source torch's loader tracks, so its hash goes in a flag
-_SOURCES = [_HERE / name for name in ("cpu_kernels.cpp", "cpu_int8.cpp", "cpu_search.cpp", "cpu_fused.cpp")]
-_HEADER = _HERE / "cpu_kernels.h"
+_SOURCES = [_HERE / name for name in ("kernels.cpp", "int8.cpp", "search.cpp", "fused.cpp")]
+_HEADER = _HERE / "kernels.h"
 # what torch.backends.cpu.get_cpu_capability() says -> the flags torch builds that level with
 _CAPABILITY_FLAGS = {
     "AVX512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma"],
@@ -47,14 +47,14 @@ _tried = False
 def _build(capability: str | None = None):
     """Compile (or load from the cache) the kernels for this CPU's vector instructions, or for
     `capability` ("AVX512", "AVX2", "DEFAULT": the portable code, as tests use it)."""
-    from torch.utils.cpp_extension import _get_build_directory, load
+    from torch.utils.cpp_extension import _get_build_directory, load as build_extension
 
     capability = capability or torch.backends.cpu.get_cpu_capability()
     flags = ["-O3", f"-DNMT_HEADER={hashlib.sha256(_HEADER.read_bytes()).hexdigest()[:16]}"]
     if capability in _CAPABILITY_FLAGS:  # else ATen's portable (scalar) vector code
         flags += [f"-DCPU_CAPABILITY={capability}", f"-DCPU_CAPABILITY_{capability}", *_CAPABILITY_FLAGS[capability]]
     name = f"nmt_cpu_kernels_{capability.lower()}"
-    directory = Path(_get_build_directory(name, verbose=False))  # where load() builds it
+    directory = Path(_get_build_directory(name, verbose=False))  # where build_extension() builds it
     # what the library was built from: torch's loader checks this itself, but only with a
     # writable cache; a stamp lets a read-only one (a read-only container) use a fresh build
     built = b"".join(path.read_bytes() for path in (*_SOURCES, _HEADER))
@@ -62,7 +62,7 @@ def _build(capability: str | None = None):
     library, stamp_file = directory / f"{name}.so", directory / f"{name}.stamp"
     built_from = stamp_file.read_text() if stamp_file.is_file() else None
     try:
-        module = load(name=name, sources=[str(path) for path in _SOURCES], extra_cflags=flags)
+        module = build_extension(name=name, sources=[str(path) for path in _SOURCES], extra_cflags=flags)
     except OSError:  # the cache is read-only: torch's loader takes a lock file and rewrites build.ninja
         if built_from == stamp:
             return _import(name, library)
@@ -80,7 +80,7 @@ def _import(name: str, library: Path):
     return module
 
 
-def kernels():
+def load():
     """The compiled module, built (or loaded from the cache) on the first call; None where
     it cannot be, or when NMT_CPU_KERNELS=0."""
     global _module, _tried
@@ -122,14 +122,14 @@ def prebuild() -> list[str]:
 
 
 def available() -> bool:
-    return kernels() is not None
+    return load() is not None
 
 
 def int8_path() -> str | None:
-    """The int8 product path in use ("avx512_vnni", "avx2" or "scalar"; model/cpu_int8.cpp): the
+    """The int8 product path in use ("avx512_vnni", "avx2" or "scalar"; model/kernels/int8.cpp): the
     fastest this CPU runs, or the one the environment variable NMT_INT8_PATH names; None without
     the kernels (Int8Linear then runs its PyTorch twin)."""
-    module = kernels()
+    module = load()
     return module.int8_path() if module is not None else None
 
 
@@ -140,7 +140,7 @@ def handles_attention(q: Tensor, k: Tensor, mask: Tensor | None) -> bool:
     """Whether `attention` takes this call: inference on the CPU, kernels built, few queries per
     head (a decoder step's), head size 1, 2, 4, 8 or 16 vector registers, contiguous within a head,
     and no mask or a float bias over keys only (B, 1, 1, Tk)."""
-    module = kernels()
+    module = load()
     if module is None or q.device.type != "cpu" or torch.is_grad_enabled() or q.size(-2) > 16:
         return False
     if mask is not None and not (mask.is_floating_point() and mask.size(1) == 1 and mask.size(2) == 1):
@@ -163,12 +163,12 @@ def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, need_weights
     (B, H, Tq, Dh) in q's dtype and, if asked, the weights (B, H, Tq, Tk) in float32."""
     B, Tk = q.size(0), k.size(2)
     flat_bias = None if bias is None else bias.reshape(bias.size(0), Tk).expand(B, Tk)
-    out, weights = kernels().attention(q, k, v, flat_bias, need_weights, rows)
+    out, weights = load().attention(q, k, v, flat_bias, need_weights, rows)
     return out, (weights if need_weights else None)
 
 
 def row_top(logits: Tensor, m: int, banned: tuple[int, ...]) -> tuple[Tensor, Tensor]:
     """(N, V) logits -> the m best log_softmax values of each row (float32, best first) and
     their columns; `banned` columns are never chosen but count in the normalisation."""
-    values, indices = kernels().row_top(logits, m, list(banned))
+    values, indices = load().row_top(logits, m, list(banned))
     return values, indices

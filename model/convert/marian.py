@@ -384,7 +384,7 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m model.marian")
+    parser = argparse.ArgumentParser(prog="python -m model.convert.marian")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     args.func(args)

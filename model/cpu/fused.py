@@ -1,4 +1,4 @@
-"""An int8 model's encoder and decoder step, each in one C++ call (model/cpu_fused.cpp).
+"""An int8 model's encoder and decoder step, each in one C++ call (model/kernels/fused.cpp).
 
 In PyTorch `Transformer.decode_step` makes ~100 small calls a step and `encode` ~20 a layer,
 each with a fixed cost in Python and dispatch that does not shrink with the batch; at a few
@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from model import cpu_kernels
-from model.cpu_weights import Int8Linear
+from model import kernels
+from model.cpu.weights import Int8Linear
 from model.transformer import DecoderCache, Transformer
 
 
@@ -22,7 +22,7 @@ class FusedInt8Model:
     """Transformer.encode and Transformer.decode_step of an int8 model, one C++ call each."""
 
     def __init__(self, model: Transformer):
-        c, module = model.config, cpu_kernels.kernels()
+        c, module = model.config, kernels.load()
 
         def norms(modules):
             eps = {n.eps for n in modules}
@@ -69,7 +69,7 @@ class FusedInt8Model:
 def can_fuse(model: Transformer) -> bool:
     """True for a float32 CPU model whose Linear layers are all Int8Linear, with the kernels built
     and a head size the decoder's attention kernel takes (1, 2, 4, 8 or 16 vector registers)."""
-    p, module = model.tgt_embed.weight, cpu_kernels.kernels()
+    p, module = model.tgt_embed.weight, kernels.load()
     if module is None or p.device.type != "cpu" or p.dtype != torch.float32:
         return False
     d_head, width = model.config.d_model // model.config.n_heads, module.vector_size

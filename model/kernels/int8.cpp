@@ -11,12 +11,12 @@
 //   avx2         vpmaddubsw + vpmaddwd: pairs of byte products saturate at int16, so levels 127
 //   scalar       portable C++; levels 255
 //
-// Weight layout (model/cpu_weights.py, pack_int8): (N/16, K/4, 16, 4) int8, N and K padded with zeros:
+// Weight layout (model/cpu/weights.py, pack_int8): (N/16, K/4, 16, 4) int8, N and K padded with zeros:
 // for each block of 16 output features and each group of 4 inputs, 64 bytes holding 4 consecutive
 // weights of each of the 16 features. That is one 512-bit register, which vpdpbusd multiplies with 4
 // bytes of an activation row broadcast to every lane.
 
-#include "cpu_kernels.h"
+#include "kernels.h"
 
 #include <ATen/Parallel.h>
 

@@ -1,5 +1,5 @@
 // CPU kernels for the two parts of a decoder step that PyTorch's own CPU ops run far below
-// memory speed at these shapes (see model/cpu_kernels.py for the numbers):
+// memory speed at these shapes (see model/kernels/__init__.py for the numbers):
 //
 //   attention  softmax(q k^T / sqrt(Dh) + bias) v for a few queries per (batch, head): the
 //              decoder's self-attention over its cache (1 query) and its encoder-decoder
@@ -8,13 +8,13 @@
 //              top m over the row, then the sum of exp for the normalisation (log_softmax is
 //              never written out).
 //
-// The int8 products are in cpu_int8.cpp, a beam search step in cpu_search.cpp, an int8 model's
-// encoder and decoder step as single calls in cpu_fused.cpp; this file defines the module of all four.
+// The int8 products are in int8.cpp, a beam search step in search.cpp, an int8 model's
+// encoder and decoder step as single calls in fused.cpp; this file defines the module of all four.
 //
 // Arithmetic is float32 whatever the storage type (float, bfloat16, half); exp is ATen's
 // vectorised one. Shapes: B batch, H heads, Tq queries, Tk keys, Dh head size, N rows, V vocab.
 
-#include "cpu_kernels.h"
+#include "kernels.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/functional.h>

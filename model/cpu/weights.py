@@ -9,7 +9,7 @@
   rounding to bf16 instead of after.
 - `quantize_linear_int8`: int8 weights, activations quantized on the fly row by row, so that a
   row's product does not depend on what it is batched with (`Int8Linear`, on our own integer
-  kernels, model/cpu_int8.cpp).
+  kernels, model/kernels/int8.cpp).
 
 Both change only Linear layers: embeddings, LayerNorms and attention stay as they are, so
 attention capture is unchanged. Neither can be trained or saved; load the checkpoint again.
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model import cpu_kernels
+from model import kernels
 from model.transformer import PositionwiseFeedForward
 
 # the batch size oneDNN picks the blocked layout for; measured at 1 to 512 rows, any hint from
@@ -79,7 +79,7 @@ def prepack_linear_bf16(model: nn.Module) -> nn.Module:
 def pack_int8(weight: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """A float (N, K) weight -> int8 q in the kernels' layout (N/16, K/4, 16, 4), N and K padded
     with zeros; scale (N,), W ~ scale * q row by row (symmetric, max |W[n]| -> 127); and qsum
-    (N,) = scale * (row sums of q), what each row's minimum contributes (model/cpu_int8.cpp)."""
+    (N,) = scale * (row sums of q), what each row's minimum contributes (model/kernels/int8.cpp)."""
     N, K = weight.shape
     weight = weight.detach().float()
     scale = (weight.abs().amax(1) / 127).clamp_min(1e-12)                      # (N,)
@@ -97,7 +97,7 @@ def unpack_int8(packed: Tensor, N: int, K: int) -> Tensor:
 
 class Int8Linear(nn.Module):
     """y = x W^T + b with W in int8 (one scale per output feature) and x quantized to 8 bits row
-    by row as it comes, by its own minimum and step (model/cpu_int8.cpp: AVX-512 VNNI or AVX2
+    by row as it comes, by its own minimum and step (model/kernels/int8.cpp: AVX-512 VNNI or AVX2
     integer products; a PyTorch twin where the kernels are not built).
 
     Each row's quantization and integer sums are its own, so a row's product is the same
@@ -116,8 +116,8 @@ class Int8Linear(nn.Module):
         return self.product(x.reshape(-1, self.in_features)).view(*x.shape[:-1], self.out_features)
 
     def product(self, rows: Tensor, relu: bool = False, path: str = "") -> Tensor:
-        """(M, K) float32 -> (M, N); `path` picks one of kernels().int8_paths() (tests)."""
-        module = cpu_kernels.kernels()
+        """(M, K) float32 -> (M, N); `path` picks one of kernels.load().int8_paths() (tests)."""
+        module = kernels.load()
         if module is not None:
             return module.int8_linear(rows.contiguous(), self.q, self.scale, self.qsum, self.bias, relu, path)
         return self.twin(rows, 255, relu)

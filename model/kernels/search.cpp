@@ -6,7 +6,7 @@
 // Shapes: B sentences, k beams, N = B * k decoder rows, V vocabulary, n = 2k candidates.
 // Ties between equal scores go to the lower index (torch.topk leaves their order open).
 
-#include "cpu_kernels.h"
+#include "kernels.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
-// What the CPU kernel files share (model/cpu_kernels.cpp, cpu_int8.cpp, cpu_search.cpp, cpu_fused.cpp);
-// one extension module, defined in cpu_kernels.cpp.
+// What the CPU kernel files share (model/kernels/kernels.cpp, int8.cpp, search.cpp, fused.cpp);
+// one extension module, defined in kernels.cpp.
 #pragma once
 
 #include <torch/extension.h>
@@ -11,12 +11,12 @@
 
 namespace nmt {
 
-// ---- cpu_kernels.cpp -------------------------------------------------------------------------
+// ---- kernels.cpp -------------------------------------------------------------------------
 
 // the smallest and largest of x[0 .. n)
 std::pair<float, float> min_max(const float* x, int64_t n);
 
-// softmax(q k^T / sqrt(Dh) + bias) v for a few queries per (batch, head); see cpu_kernels.cpp
+// softmax(q k^T / sqrt(Dh) + bias) v for a few queries per (batch, head); see kernels.cpp
 std::vector<at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const c10::optional<at::Tensor>& bias, bool need_weights,
                                   const c10::optional<at::Tensor>& rows);
@@ -24,7 +24,7 @@ std::vector<at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, cons
 // the m best log-probabilities of each row of logits (N, V) and their columns, banned columns skipped
 std::vector<at::Tensor> row_top(const at::Tensor& logits, int64_t m, const std::vector<int64_t>& banned);
 
-// ---- cpu_int8.cpp ----------------------------------------------------------------------------
+// ---- int8.cpp ----------------------------------------------------------------------------
 
 enum class Int8Path { kAvx512Vnni, kAvx2, kScalar };
 
@@ -65,7 +65,7 @@ Int8Weight int8_weight(const at::Tensor& q, const at::Tensor& scale, const at::T
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale, const at::Tensor& qsum,
                        const c10::optional<at::Tensor>& bias, bool relu, const std::string& path);
 
-// ---- cpu_search.cpp --------------------------------------------------------------------------
+// ---- search.cpp --------------------------------------------------------------------------
 
 // one step of beam search after the decoder (model/search.py, select): candidates, the pool of
 // finished hypotheses, the beams that continue; and whether a sentence is done, whether the
@@ -76,7 +76,7 @@ std::tuple<std::vector<at::Tensor>, bool, bool> beam_step(const at::Tensor& logi
                                                           const std::vector<int64_t>& banned, int64_t eos_id,
                                                           double length_penalty);
 
-// ---- cpu_fused.cpp ---------------------------------------------------------------------------
+// ---- fused.cpp ---------------------------------------------------------------------------
 
 // adds the Encoder and DecoderStep classes (an int8 model's encoder and decoder step) to the module
 void define_fused(py::module& module);

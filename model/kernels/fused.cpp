@@ -1,19 +1,19 @@
 // The encoder and the decoder step of a model whose Linear layers are int8 (Int8Linear,
-// cpu_int8.cpp), each in one call on the CPU: Transformer.encode and Transformer.decode_step of
+// int8.cpp), each in one call on the CPU: Transformer.encode and Transformer.decode_step of
 // model/transformer.py, the same arithmetic bit for bit.
 //
 // In PyTorch a decoder step is ~100 small ops and an encoder layer ~20, each paying Python and
 // dispatch costs that do not shrink with the batch: at a few decoder rows they are most of a
 // step. Here the embedding, the LayerNorms (ATen's, the PyTorch path's own), the int8 products
 // (the residual added and ReLU applied as a product is stored), attention (the encoder's through
-// ATen's SDPA as in PyTorch, the decoder's through cpu_kernels.cpp) and the output projection run
+// ATen's SDPA as in PyTorch, the decoder's through kernels.cpp) and the output projection run
 // in one call. The decoder step reads and writes the DecoderCache of model/transformer.py exactly
 // as the PyTorch step does, so the two can take turns on one cache.
 //
 // Shapes: B sentences, S source length, N decoder rows, g rows per source, D model width, H heads,
 // Dh = D / H, t this step's position, L layers, V vocabulary.
 
-#include "cpu_kernels.h"
+#include "kernels.h"
 
 #include <ATen/Parallel.h>
 
@@ -23,7 +23,7 @@ namespace nmt {
 namespace {
 
 struct Linear {
-  at::Tensor q, scale, qsum;  // pack_int8's layout (model/cpu_weights.py)
+  at::Tensor q, scale, qsum;  // pack_int8's layout (model/cpu/weights.py)
   c10::optional<at::Tensor> bias;
   Int8Weight weight() const { return int8_weight(q, scale, qsum, bias); }
   int64_t out_features() const { return scale.numel(); }

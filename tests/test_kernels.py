@@ -1,4 +1,4 @@
-"""The C++ kernels (model/cpu_kernels.cpp) against their PyTorch twins."""
+"""The C++ kernels (model/kernels/kernels.cpp) against their PyTorch twins."""
 
 import logging
 import os
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from model import cpu_kernels
+from model import kernels as loader
 from model.search import beam_search, top_candidates
 from model.transformer import ModelConfig, Transformer, attention
 
@@ -18,14 +18,14 @@ DTYPES = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}  # out
 def kernels():
     """The kernels must build wherever the tests run (g++ and ninja are installed with the project);
     a silent fallback to PyTorch ops would hide a broken build."""
-    module = cpu_kernels.kernels()
-    assert module is not None, "model/cpu_kernels.cpp did not build; see the warning logged above"
+    module = loader.load()
+    assert module is not None, "model/kernels/kernels.cpp did not build; see the warning logged above"
     return module
 
 
 @pytest.fixture
 def without_kernels(monkeypatch):
-    monkeypatch.setattr(cpu_kernels, "kernels", lambda: None)
+    monkeypatch.setattr(loader, "load", lambda: None)
 
 
 def reference_attention(q, k, v, bias):
@@ -50,7 +50,7 @@ def test_attention_equals_softmax_attention(kernels, dtype, Dh, Tq, Tk):
     cut = (Tk + 1) // 2
     bias[1, ..., cut:] = float("-inf")  # source padding (none when Tk = 1)
     for b in (None, bias):
-        out, weights = cpu_kernels.attention(q, k, v, b, need_weights=True)
+        out, weights = loader.attention(q, k, v, b, need_weights=True)
         expected, expected_weights = reference_attention(q, k, v, b)
         assert out.dtype == dtype and out.shape == (B, H, Tq, Dh)
         assert weights.dtype == torch.float32 and weights.shape == (B, H, Tq, Tk)
@@ -58,7 +58,7 @@ def test_attention_equals_softmax_attention(kernels, dtype, Dh, Tq, Tk):
         torch.testing.assert_close(out.float(), expected, atol=DTYPES[dtype], rtol=DTYPES[dtype])
         if b is not None and cut < Tk:
             assert weights[1, ..., cut:].abs().max() == 0
-        alone, none = cpu_kernels.attention(q, k, v, b, need_weights=False)
+        alone, none = loader.attention(q, k, v, b, need_weights=False)
         assert none is None and torch.equal(alone, out)
 
 
@@ -71,15 +71,15 @@ def test_attention_through_a_slot_table_equals_attention_on_gathered_keys(kernel
     k, v = cache[:, :Tk].transpose(1, 3).unbind(2)  # (slots, H, Tk, Dh)
     rows = torch.randint(0, slots, (B, Tk), generator=g)
     q = torch.randn(B, H, 1, Dh, generator=g).to(dtype)
-    out, weights = cpu_kernels.attention(q, k, v, None, True, rows=rows)
+    out, weights = loader.attention(q, k, v, None, True, rows=rows)
     positions = torch.arange(Tk)
     gathered_k, gathered_v = k[rows, :, positions].transpose(1, 2), v[rows, :, positions].transpose(1, 2)
     expected, expected_weights = reference_attention(q, gathered_k, gathered_v, None)
     torch.testing.assert_close(weights, expected_weights, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(out.float(), expected, atol=DTYPES[dtype], rtol=DTYPES[dtype])
     with pytest.raises(RuntimeError, match="slots"):
-        cpu_kernels.attention(q, k, v, None, False, rows=rows + slots)
-    monkeypatch.setattr(cpu_kernels, "kernels", lambda: None)  # the PyTorch twin gathers the keys
+        loader.attention(q, k, v, None, False, rows=rows + slots)
+    monkeypatch.setattr(loader, "load", lambda: None)  # the PyTorch twin gathers the keys
     with torch.inference_mode():
         twin, twin_weights = attention(q, k, v, None, True, 0.0, rows=rows)
     torch.testing.assert_close(twin_weights, weights, atol=DTYPES[dtype], rtol=DTYPES[dtype])  # bf16 scores there
@@ -95,11 +95,11 @@ def test_attention_rejects_what_it_cannot_do(kernels):
         kernels.attention(q, k, k, None, False)
     with pytest.raises(RuntimeError, match="float32, bfloat16 or float16"):
         kernels.attention(q.double(), q.double(), q.double(), None, False)
-    assert not cpu_kernels.handles_attention(torch.randn(2, 4, 1, 24), torch.randn(2, 4, 3, 24), None)
-    assert not cpu_kernels.handles_attention(q, q, torch.ones(2, 1, 1, 1, dtype=torch.bool))  # a bool mask
+    assert not loader.handles_attention(torch.randn(2, 4, 1, 24), torch.randn(2, 4, 3, 24), None)
+    assert not loader.handles_attention(q, q, torch.ones(2, 1, 1, 1, dtype=torch.bool))  # a bool mask
     with torch.inference_mode():
-        assert cpu_kernels.handles_attention(q, q, torch.zeros(2, 1, 1, 1))
-    assert not cpu_kernels.handles_attention(q, q, None)  # gradients wanted: PyTorch ops
+        assert loader.handles_attention(q, q, torch.zeros(2, 1, 1, 1))
+    assert not loader.handles_attention(q, q, None)  # gradients wanted: PyTorch ops
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
@@ -109,7 +109,7 @@ def test_row_top_equals_log_softmax_topk(kernels, dtype, V, m):
     logits = (torch.randn(6, V, generator=g) * 4).to(dtype)
     logits[2, : V // 2] = float("-inf")  # a row with impossible tokens
     banned = (0, V - 1)
-    values, columns = cpu_kernels.row_top(logits, m, banned)
+    values, columns = loader.row_top(logits, m, banned)
     logp = logits.float().log_softmax(-1)
     logp[:, list(banned)] = float("-inf")
     expected_values, _ = logp.topk(m, dim=-1)
@@ -124,7 +124,7 @@ def test_row_top_equals_log_softmax_topk(kernels, dtype, V, m):
 def test_row_top_ties_keep_the_lower_column(kernels):
     logits = torch.zeros(1, 64)
     logits[0, [9, 40, 3]] = 1.0
-    values, columns = cpu_kernels.row_top(logits, 4, ())
+    values, columns = loader.row_top(logits, 4, ())
     assert columns.tolist() == [[3, 9, 40, 0]]
 
 
@@ -135,7 +135,7 @@ def test_top_candidates_are_the_same_with_and_without_kernels(kernels, monkeypat
     run_scores = torch.randn(3, 4, generator=g)
     with torch.inference_mode():
         fast = top_candidates(logits, run_scores, 8, (0, 2))
-        monkeypatch.setattr(cpu_kernels, "kernels", lambda: None)
+        monkeypatch.setattr(loader, "load", lambda: None)
         slow = top_candidates(logits, run_scores, 8, (0, 2))
     torch.testing.assert_close(fast[0], slow[0], atol=2e-6, rtol=1e-6)
     assert torch.equal(fast[1], slow[1]) and torch.equal(fast[2], slow[2])
@@ -163,7 +163,7 @@ def test_a_search_step_is_the_same_in_cpp_and_pytorch(kernels, monkeypatch, k, V
         with torch.inference_mode():
             fast, fast_done, fast_in_place = select(*args)
             with monkeypatch.context() as patch:
-                patch.setattr(cpu_kernels, "kernels", lambda: None)
+                patch.setattr(loader, "load", lambda: None)
                 slow, slow_done, slow_in_place = select(*args)
         assert (fast_done, fast_in_place) == (slow_done, slow_in_place) and fast_done  # sentences 2 and 3
         assert fast.done.tolist() == slow.done.tolist() and fast.done[2] and fast.done[3]
@@ -190,8 +190,8 @@ def kernel_model(dtype=torch.float32, **overrides):
 
 def test_cached_decoding_with_kernels_matches_full_recomputation(kernels, monkeypatch):
     calls = []
-    real = cpu_kernels.attention
-    monkeypatch.setattr(cpu_kernels, "attention", lambda *a: calls.append(a[0].shape) or real(*a))
+    real = loader.attention
+    monkeypatch.setattr(loader, "attention", lambda *a: calls.append(a[0].shape) or real(*a))
     m = kernel_model()
     g = torch.Generator().manual_seed(1)
     src = torch.randint(4, 40, (3, 9), generator=g)
@@ -218,7 +218,7 @@ def test_beam_search_is_the_same_with_and_without_kernels(kernels, monkeypatch, 
     src[1, 4:] = 0
     src[3, 7:] = 0
     fast = beam_search(m, src, beam_size=3, n_best=3, max_new_tokens=12, return_attention=True)
-    monkeypatch.setattr(cpu_kernels, "kernels", lambda: None)
+    monkeypatch.setattr(loader, "load", lambda: None)
     slow = beam_search(m, src, beam_size=3, n_best=3, max_new_tokens=12, return_attention=True)
     for a, b in zip(fast, slow):
         assert [h.token_ids for h in a] == [h.token_ids for h in b]
@@ -232,7 +232,7 @@ def test_beam_search_is_the_same_with_and_without_kernels(kernels, monkeypatch, 
 def test_int8_products_equal_their_twin_on_every_path(kernels, M, K, N):
     """Each path this CPU runs (AVX-512 VNNI, AVX2, portable) against the PyTorch twin of its
     arithmetic; sizes off the tiles (rows of 4, blocks of 16 features, groups of 4 inputs)."""
-    from model.cpu_weights import Int8Linear
+    from model.cpu.weights import Int8Linear
 
     g = torch.Generator().manual_seed(M * K + N)
     linear = torch.nn.Linear(K, N)
@@ -256,7 +256,7 @@ def test_the_environment_picks_another_int8_path(kernels):
     import subprocess
     import sys
 
-    show = "from model import cpu_kernels; print(cpu_kernels.int8_path())"
+    show = "from model import kernels as loader; print(loader.int8_path())"
     for path in kernels.int8_paths():
         env = {**os.environ, "NMT_INT8_PATH": path}
         out = subprocess.run([sys.executable, "-c", show], env=env, capture_output=True, text=True, check=True)
@@ -279,22 +279,22 @@ def test_a_failed_build_falls_back_to_pytorch(monkeypatch, caplog):
     def no_compiler(capability=None):
         raise RuntimeError("Error building extension: c++ not found\nmore detail")
 
-    monkeypatch.setattr(cpu_kernels, "_build", no_compiler)
-    monkeypatch.setattr(cpu_kernels, "_module", None)
-    monkeypatch.setattr(cpu_kernels, "_tried", False)
-    with caplog.at_level(logging.WARNING, logger="model.cpu_kernels"):
-        assert cpu_kernels.kernels() is None
+    monkeypatch.setattr(loader, "_build", no_compiler)
+    monkeypatch.setattr(loader, "_module", None)
+    monkeypatch.setattr(loader, "_tried", False)
+    with caplog.at_level(logging.WARNING, logger="model.kernels"):
+        assert loader.load() is None
     assert "c++ not found" in caplog.text and "more detail" not in caplog.text
-    assert not cpu_kernels.available()
+    assert not loader.available()
     with torch.inference_mode():
-        assert not cpu_kernels.handles_logits(torch.zeros(2, 40))
+        assert not loader.handles_logits(torch.zeros(2, 40))
 
 
 def test_environment_switch_turns_the_kernels_off(monkeypatch):
     monkeypatch.setenv("NMT_CPU_KERNELS", "0")
-    monkeypatch.setattr(cpu_kernels, "_module", None)
-    monkeypatch.setattr(cpu_kernels, "_tried", False)
-    assert cpu_kernels.kernels() is None
+    monkeypatch.setattr(loader, "_module", None)
+    monkeypatch.setattr(loader, "_tried", False)
+    assert loader.load() is None
 
 
 def test_a_read_only_cache_is_used_when_its_build_matches_the_source(kernels, monkeypatch, tmp_path):
@@ -312,13 +312,13 @@ def test_a_read_only_cache_is_used_when_its_build_matches_the_source(kernels, mo
     monkeypatch.setattr(extension, "_get_build_directory", lambda name, verbose: str(tmp_path / name))
     monkeypatch.setattr(extension, "load", read_only)
     imported = []
-    monkeypatch.setattr(cpu_kernels, "_import", lambda *args: imported.append(args) or kernels)
-    assert cpu_kernels._build() is kernels
+    monkeypatch.setattr(loader, "_import", lambda *args: imported.append(args) or kernels)
+    assert loader._build() is kernels
     assert imported == [(name, tmp_path / name / f"{name}.so")]
 
     (tmp_path / name / f"{name}.stamp").write_text("built from other source")
     with pytest.raises(OSError, match="Read-only"):
-        cpu_kernels._build()
+        loader._build()
 
 
 def test_a_read_only_cache_without_this_width_uses_a_narrower_build(monkeypatch):
@@ -330,18 +330,18 @@ def test_a_read_only_cache_without_this_width_uses_a_narrower_build(monkeypatch)
             raise OSError(30, "Read-only file system")
         return narrower
 
-    monkeypatch.setattr(cpu_kernels, "_runnable_widths", lambda: ["AVX512", "AVX2"])
-    monkeypatch.setattr(cpu_kernels, "_build", build)
-    monkeypatch.setattr(cpu_kernels, "_module", None)
-    monkeypatch.setattr(cpu_kernels, "_tried", False)
-    assert cpu_kernels.kernels() is narrower
+    monkeypatch.setattr(loader, "_runnable_widths", lambda: ["AVX512", "AVX2"])
+    monkeypatch.setattr(loader, "_build", build)
+    monkeypatch.setattr(loader, "_module", None)
+    monkeypatch.setattr(loader, "_tried", False)
+    assert loader.load() is narrower
 
 
 def test_prebuild_leaves_a_stamped_build_for_each_width_this_cpu_runs(kernels):
     """What the image does at build time, so that a read-only container finds its kernels."""
     import torch.utils.cpp_extension as extension
 
-    built = cpu_kernels.prebuild()
+    built = loader.prebuild()
     capability = torch.backends.cpu.get_cpu_capability()
     assert built == [capability] + (["AVX2"] if capability == "AVX512" else [])
     for each in built:
@@ -355,7 +355,7 @@ def test_the_other_vector_widths_compute_the_same(kernels, capability):
     """The AVX2 and portable builds (8-float vectors, no AVX-512 reduction tree), on this CPU."""
     if capability == "AVX2" and torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
         pytest.skip("this CPU has no AVX2")  # never on this project's x86 machines
-    other = cpu_kernels._build(capability)
+    other = loader._build(capability)
     assert other.vector_size == 8
     g = torch.Generator().manual_seed(7)
     for Dh, Tk in [(8, 5), (32, 33), (128, 17)]:
@@ -369,11 +369,11 @@ def test_the_other_vector_widths_compute_the_same(kernels, capability):
         torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
     logits = torch.randn(5, 1003, generator=g) * 4
     values, columns = other.row_top(logits, 8, [0])
-    expected_values, expected_columns = cpu_kernels.row_top(logits, 8, (0,))
+    expected_values, expected_columns = loader.row_top(logits, 8, (0,))
     torch.testing.assert_close(values, expected_values, atol=2e-6, rtol=1e-6)
     assert torch.equal(columns, expected_columns)
     # int8 products pick their path at run time, whatever the build's vector width
-    from model.cpu_weights import Int8Linear
+    from model.cpu.weights import Int8Linear
 
     int8, x = Int8Linear(torch.nn.Linear(70, 40)), torch.randn(6, 70, generator=g)
     assert other.int8_paths() == kernels.int8_paths()

@@ -1,0 +1,1 @@
+"""Converters from other toolkits' checkpoints into ours (`marian`: OPUS-MT / MarianMT)."""

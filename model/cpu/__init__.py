@@ -1,0 +1,1 @@
+"""CPU inference formats: weight formats (`weights`) and the fused int8 engine (`fused`)."""

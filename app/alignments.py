@@ -12,8 +12,7 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 
-import torch
-from torch import Tensor
+import numpy as np
 
 EOS = "</s>"
 WORD_START = "\u2581"  # SentencePiece's "▁": the piece begins a word
@@ -24,12 +23,12 @@ class Alignment:
     model: str
     source_tokens: list[str]  # columns, EOS included
     target_tokens: list[str]  # rows, EOS included when the hypothesis ended with it
-    attention: Tensor  # (layers, heads, target, source), float32, rows sum to 1
+    attention: np.ndarray  # (layers, heads, target, source), float32, rows sum to 1
     expires: float = 0.0
 
     @property
     def nbytes(self) -> int:
-        return self.attention.numel() * self.attention.element_size()
+        return self.attention.nbytes
 
 
 class AlignmentStore:
@@ -79,13 +78,13 @@ class AlignmentStore:
         self.bytes -= alignment.nbytes
 
 
-def select(attention: Tensor, axis: int, choice: int | str | None) -> Tensor:
+def select(attention: np.ndarray, axis: int, choice: int | str | None) -> np.ndarray:
     """Keep every index (None), one index, or the mean ("mean"), as a size-1 axis."""
     if choice is None:
         return attention
     if choice == "mean":
-        return attention.mean(dim=axis, keepdim=True)
-    return attention.narrow(axis, int(choice), 1)
+        return attention.mean(axis=axis, keepdims=True)
+    return np.take(attention, [int(choice)], axis=axis)
 
 
 def words(tokens: list[str]) -> list[list[int]]:
@@ -104,15 +103,15 @@ def word_text(tokens: list[str], group: list[int]) -> str:
     return text if text == EOS else text.replace(WORD_START, " ").strip() or WORD_START
 
 
-def to_words(source_tokens: list[str], target_tokens: list[str], attention: Tensor):
+def to_words(source_tokens: list[str], target_tokens: list[str], attention: np.ndarray):
     """Word-level attention: sum over a word's source pieces (a row stays a distribution), average
     over a word's target pieces (a mean of distributions is one). Returns (source words, target
     words, attention (..., target words, source words))."""
     src_groups, tgt_groups = words(source_tokens), words(target_tokens)
-    src_merge = torch.zeros(len(source_tokens), len(src_groups))  # (S, Sw) 0/1
+    src_merge = np.zeros((len(source_tokens), len(src_groups)), dtype=np.float32)  # (S, Sw) 0/1
     for w, group in enumerate(src_groups):
         src_merge[group, w] = 1.0
-    tgt_merge = torch.zeros(len(tgt_groups), len(target_tokens))  # (Tw, T) 1/|word|
+    tgt_merge = np.zeros((len(tgt_groups), len(target_tokens)), dtype=np.float32)  # (Tw, T) 1/|word|
     for w, group in enumerate(tgt_groups):
         tgt_merge[w, group] = 1.0 / len(group)
     merged = tgt_merge @ attention @ src_merge
@@ -120,12 +119,12 @@ def to_words(source_tokens: list[str], target_tokens: list[str], attention: Tens
             merged)
 
 
-def hard_alignment(source_tokens: list[str], target_tokens: list[str], attention: Tensor) -> str:
+def hard_alignment(source_tokens: list[str], target_tokens: list[str], attention: np.ndarray) -> str:
     """Pharaoh "i-j" pairs (source i, target j): each target token's most attended source token,
     from the mean over the given layers and heads; EOS rows and columns take no part."""
-    matrix = attention.mean(dim=(0, 1))  # (T, S)
+    matrix = attention.mean(axis=(0, 1))  # (T, S)
     columns = [j for j, t in enumerate(source_tokens) if t != EOS]
     if not columns:
         return ""
-    best = matrix[:, columns].argmax(dim=1).tolist()
+    best = matrix[:, columns].argmax(axis=1).tolist()
     return " ".join(f"{columns[best[t]]}-{t}" for t, token in enumerate(target_tokens) if token != EOS)

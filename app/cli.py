@@ -1,10 +1,12 @@
-"""The `nmt` console script: the model commands plus `serve`."""
+"""The `nmt` console script: the model commands plus `serve`.
+
+`nmt serve` parses its own options without loading the other commands: the server process never
+imports torch (the worker processes do), and the training commands would bring it in."""
 
 from __future__ import annotations
 
+import argparse
 import sys
-
-from model.cli import build_parser
 
 
 def serve_command(args) -> None:
@@ -13,13 +15,24 @@ def serve_command(args) -> None:
     serve(args.host, args.port, args.model or None)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser, subparsers = build_parser()
-    p = subparsers.add_parser("serve", help="serve the HTTP API (default: the shipped en-de model)")
+def add_serve_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default=None, help="bind address (default: NMT_HOST or 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="port (default: NMT_PORT or 8000)")
     p.add_argument("--model", action="append", help="checkpoint directory; repeat for several models")
     p.set_defaults(func=serve_command)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:
+        parser = argparse.ArgumentParser(prog="nmt serve", description="serve the HTTP API")
+        add_serve_options(parser)
+        argv = argv[1:]
+    else:
+        from model.cli import build_parser
+
+        parser, subparsers = build_parser()
+        add_serve_options(subparsers.add_parser("serve", help="serve the HTTP API (default: the shipped en-de model)"))
     args = parser.parse_args(argv)
     try:
         args.func(args)

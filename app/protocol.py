@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from model.translator import MAX_BEAM
+from model.config import MAX_BEAM
 
 Attention = list[list[list[list[float]]]]
 ATTENTION_DOC = "Cross-attention as [layer][head][target token][source token]; each row sums to 1."

@@ -8,17 +8,13 @@ for POST /detect and source 'auto'.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from safetensors import safe_open
-
 from model import protect
-from model.checkpoint import CheckpointError
+from model.config import CheckpointError, ModelConfig, read_header
 from model.langid import LanguageIdentifier, load_profiles
 from model.tokenizer import Tokenizer
-from model.transformer import ModelConfig
 
 LANGUAGE_NAMES = {
     "ar": "Arabic", "bg": "Bulgarian", "ca": "Catalan", "cs": "Czech", "da": "Danish", "de": "German",
@@ -69,24 +65,15 @@ class ServedModel:
 
 
 def load_model(directory: str | Path) -> ServedModel:
-    d = Path(directory)
-    for name in ("config.json", "metadata.json", "model.safetensors", "source.spm", "target.spm"):
-        if not (d / name).is_file():
-            raise CheckpointError(f"{d}: missing {name} (is NMT_MODEL_DIRS right?)")
-    config = ModelConfig.load(d / "config.json")
-    metadata = json.loads((d / "metadata.json").read_text())
-    source, target = metadata.get("source_lang"), metadata.get("target_lang")
+    try:
+        header = read_header(directory)
+    except CheckpointError as e:
+        raise CheckpointError(f"{e} (is NMT_MODEL_DIRS right?)") from None
+    source, target = header.metadata.get("source_lang"), header.metadata.get("target_lang")
     if not source or not target:
-        raise CheckpointError(f"{d / 'metadata.json'}: needs source_lang and target_lang")
-    # tied tensors are stored once, so the file's tensors are exactly the unique parameters
-    with safe_open(str(d / "model.safetensors"), framework="pt") as f:
-        parameters = 0
-        for name in f.keys():
-            count = 1
-            for size in f.get_slice(name).get_shape():
-                count *= size
-            parameters += count
-    return ServedModel(f"{source}-{target}", source, target, d, config, Tokenizer.from_dir(d, config), parameters)
+        raise CheckpointError(f"{header.directory / 'metadata.json'}: needs source_lang and target_lang")
+    return ServedModel(f"{source}-{target}", source, target, header.directory, header.config,
+                       Tokenizer.from_dir(header.directory, header.config), header.parameters)
 
 
 def load_identifier(models: list[ServedModel]) -> LanguageIdentifier | None:

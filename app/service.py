@@ -9,12 +9,13 @@ deadline or the client's disconnect, whichever comes first; both drop the job's 
 from __future__ import annotations
 
 import asyncio
+import glob
 import hmac
+import os
 import logging
 import time
 from dataclasses import dataclass
 
-import torch
 from starlette.requests import Request
 
 from app.alignments import AlignmentStore
@@ -25,7 +26,7 @@ from app.scheduler import BatchKey, QueueFull, Scheduler, ShuttingDown
 from app.settings import Settings
 from app.worker import WorkerError, WorkerPool
 from model import protect
-from model.translator import TranslationResult, auto_dtype
+from model.results import TranslationResult
 
 log = logging.getLogger("uvicorn.error")  # uvicorn configures this one; it is its server log
 
@@ -48,6 +49,16 @@ def item_name(field: str, index: int, count: int) -> str:
     return f"{field}[{index}]" if count > 1 else field
 
 
+def visible_cuda_devices() -> int:
+    """How many CUDA devices a worker will see, without torch (the server never imports it): the
+    entries of CUDA_VISIBLE_DEVICES when it is set, else the NVIDIA device files."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        entries = [d for d in visible.split(",") if d.strip()]
+        return 0 if not entries or entries[0].strip().startswith("-") else len(entries)
+    return len(glob.glob("/dev/nvidia[0-9]*"))
+
+
 class Service:
     def __init__(self, settings: Settings):
         self.settings = settings
@@ -58,19 +69,17 @@ class Service:
         self.pool: WorkerPool | None = None
         self.scheduler: Scheduler | None = None
         self.device_kind = "cpu"
-        self.dtype = settings.dtype  # "auto" resolved at start
         self.started = False
 
     async def start(self) -> None:
         s = self.settings
         self.registry = Registry.load(s.model_dirs)
-        cuda = torch.cuda.device_count() if s.device != "cpu" else 0
+        cuda = visible_cuda_devices() if s.device != "cpu" else 0
         self.device_kind, devices, threads = s.worker_layout(cuda)
-        self.dtype = auto_dtype(self.device_kind) if s.dtype == "auto" else s.dtype
         m = self.metrics
         self.pool = WorkerPool(
             {model_id: str(model.directory) for model_id, model in self.registry.models.items()}, devices,
-            threads=threads, dtype=self.dtype, batch_tokens=s.batch_tokens, batch_timeout_s=s.request_timeout_s + 30,
+            threads=threads, dtype=s.dtype, batch_tokens=s.batch_tokens, batch_timeout_s=s.request_timeout_s + 30,
             start_timeout_s=s.worker_start_timeout_s, fault_injection=s.fault_injection,
             on_busy=lambda index, seconds: m.worker_busy.labels(str(index)).inc(seconds))
         self.scheduler = Scheduler(self.pool.run, slots=len(devices), batch_tokens=s.batch_tokens,
@@ -85,8 +94,8 @@ class Service:
         self.pool.start()
         self.scheduler.start()
         self.started = True
-        log.info("serving %s on %d %s worker(s) x %d thread(s), %s", self.registry.pairs(), len(devices),
-                 self.device_kind, threads, self.dtype)
+        log.info("serving %s on %d %s worker(s) x %d thread(s), dtype %s", self.registry.pairs(), len(devices),
+                 self.device_kind, threads, s.dtype)
 
     async def stop(self) -> None:
         """Finish queued and in-flight work (within shutdown_timeout_s), then stop the workers."""
@@ -98,6 +107,12 @@ class Service:
     def _observe_batch(self, key: BatchKey, items: int, tokens: int) -> None:
         self.metrics.batch_size.observe(items)
         self.metrics.batch_tokens.observe(tokens)
+
+    @property
+    def dtype(self) -> str:
+        """The compute type the workers resolved (NMT_DTYPE, "auto" made concrete once one is up)."""
+        resolved = [w.dtype for w in self.pool.workers if w.dtype] if self.pool else []
+        return resolved[0] if resolved else self.settings.dtype
 
     def ready(self) -> tuple[bool, str]:
         if not self.started:

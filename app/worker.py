@@ -6,7 +6,8 @@ process, so CPU replicas with their own thread count (on 2 cores, 2 workers x 1 
 and a crash (segfault, OOM kill, CUDA error) takes down one replica, which is restarted, not the
 server. Processes are spawned (fork is unsafe with CUDA and with torch's thread pools).
 
-Each worker talks to the server over a pipe: one batch in, its results out. Messages are pickled
+The process itself is app/worker_process.py, the only place torch is imported. Each worker
+talks to the server over a pipe: one batch in, its results out. Messages are pickled
 with the plain pickler, so tensors travel as bytes instead of shared-memory handles (which need
 file-descriptor passing). The server side, WorkerPool, hands each batch to an idle worker and
 turns a worker's exception into an error for that batch only; a worker that dies or hangs is
@@ -20,19 +21,15 @@ import logging
 import multiprocessing
 import os
 import pickle
-import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from app.scheduler import BatchKey
-from model.translator import Translator
 
 # Test-only faults (NMT_FAULT_INJECTION=true): a source containing one of these words makes the
-# worker raise, exit abruptly, or stall for a second.
+# worker raise, exit abruptly, or stall for a second (app/worker_process.py).
 FAULT_RAISE, FAULT_EXIT, FAULT_SLOW = "boomboom", "crashcrash", "sleepsleep"
 
 log = logging.getLogger("uvicorn.error")
@@ -42,69 +39,19 @@ class WorkerError(Exception):
     """The batch failed in a worker (it raised, died or hung); only that batch's requests fail."""
 
 
-def _send(conn, message) -> None:
+def send_message(conn, message) -> None:
     conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def _recv(conn):
+def receive_message(conn):
     return pickle.loads(conn.recv_bytes())
 
 
-def _inject_faults(translator, sources: list[list[int]]) -> None:
-    for ids in sources:
-        text = "".join(translator.tokenizer.source_pieces(ids))
-        if FAULT_RAISE in text:
-            raise RuntimeError("injected fault")
-        if FAULT_EXIT in text:
-            os._exit(3)
-        if FAULT_SLOW in text:
-            time.sleep(1.0)
+def _worker_entry(*args) -> None:
+    """A worker process's entry point. torch is imported here, in the worker, never in the server."""
+    from app.worker_process import worker_main
 
-
-def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: int, batch_tokens: int,
-                fault_injection: bool) -> None:
-    """Process entry point: load every model, then translate batches until told to stop."""
-    # Ctrl-C reaches the whole process group; the server decides when workers stop, after
-    # finishing in-flight work.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    torch.set_num_threads(threads)
-    try:
-        translators = {model_id: Translator(d, device=device, dtype=dtype) for model_id, d in models.items()}
-    except Exception as e:
-        _send(conn, ("failed", f"loading models failed: {type(e).__name__}: {e}"))
-        return
-    features = {"cpu_kernels": any(t.cpu_kernels for t in translators.values()),
-                "fused": any(t.model.fused is not None for t in translators.values()),
-                "int8_path": next((t.int8_path for t in translators.values() if t.int8_path), None)}
-    _send(conn, ("ready", os.getpid(), features))
-    while True:
-        try:
-            message = _recv(conn)
-        except EOFError:  # the server is gone
-            message = None
-        if message is None:
-            # nothing to flush or save; skipping interpreter teardown (~0.5 s with torch) makes
-            # shutdown and restarts quicker
-            os._exit(0)
-        key, sources = message
-        try:
-            translator = translators[key.model]
-            if fault_injection:
-                _inject_faults(translator, sources)
-            results = translator.translate(sources, beam_size=key.beam_size, n_best=key.n_best,
-                                           length_penalty=key.length_penalty, max_length=key.max_length,
-                                           return_attention=key.attention, batch_tokens=batch_tokens)
-        except Exception as e:
-            # A CUDA error other than OOM (a device-side assert) poisons the context for good:
-            # only a new process recovers, so say so and exit.
-            fatal = device.startswith("cuda") and "CUDA error" in str(e)
-            if device.startswith("cuda") and not fatal:
-                torch.cuda.empty_cache()  # after an OOM, give the next batch the memory back
-            _send(conn, ("fatal" if fatal else "error", f"{type(e).__name__}: {e}"))
-            if fatal:
-                os._exit(1)
-        else:
-            _send(conn, ("ok", results))
+    worker_main(*args)
 
 
 @dataclass
@@ -116,6 +63,7 @@ class Worker:
     cpu_kernels: bool = False  # whether its translators run the C++ CPU kernels (model/kernels/__init__.py)
     fused: bool = False  # whether an int8 model's encoder and decoder step run as one C++ call each
     int8_path: str | None = None  # which int8 product path (model/kernels/int8.cpp), when int8
+    dtype: str | None = None  # the compute type its translators resolved ("auto" made concrete)
     restarts: int = 0
     process: Any = None
     conn: Any = None
@@ -127,8 +75,8 @@ class Worker:
         return self.state in ("idle", "busy")
 
     def roundtrip(self, message):
-        _send(self.conn, message)
-        return _recv(self.conn)
+        send_message(self.conn, message)
+        return receive_message(self.conn)
 
 
 @dataclass
@@ -174,7 +122,9 @@ class WorkerPool:
                 reply = ("failed", f"could not start: {type(e).__name__}: {e}")
             if reply[0] == "ready":
                 w.state, w.reason = "idle", ""
-                w.cpu_kernels, w.fused, w.int8_path = reply[2]["cpu_kernels"], reply[2]["fused"], reply[2]["int8_path"]
+                features = reply[2]
+                w.cpu_kernels, w.fused, w.int8_path = features["cpu_kernels"], features["fused"], features["int8_path"]
+                w.dtype = features["dtype"]
                 self._idle.put_nowait(w)
                 return
             self._kill(w)
@@ -188,13 +138,13 @@ class WorkerPool:
         parent, child = self._context.Pipe()
         w.conn = parent
         w.process = self._context.Process(
-            target=worker_main, name=f"nmt-worker-{w.index}", daemon=True,
+            target=_worker_entry, name=f"nmt-worker-{w.index}", daemon=True,
             args=(child, self.models, w.device, self.dtype, self.threads, self.batch_tokens, self.fault_injection))
         w.process.start()
         child.close()  # so that recv sees EOF when the process dies
         loop = asyncio.get_running_loop()
         try:
-            return await asyncio.wait_for(loop.run_in_executor(self._io, _recv, parent), self.start_timeout_s)
+            return await asyncio.wait_for(loop.run_in_executor(self._io, receive_message, parent), self.start_timeout_s)
         except asyncio.TimeoutError:
             return "failed", f"did not load within {self.start_timeout_s:.0f} s"
         except (EOFError, OSError):
@@ -264,7 +214,7 @@ class WorkerPool:
         for w in started:
             if w.state == "idle":
                 try:
-                    _send(w.conn, None)
+                    send_message(w.conn, None)
                 except OSError:
                     pass
         loop = asyncio.get_running_loop()

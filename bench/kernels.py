@@ -109,7 +109,8 @@ def int8_rows(row, N: int, T: int, S: int, V: int, beams: int, g: torch.Generato
     from model.cpu.fused import fuse
     from model.cpu.weights import Int8Linear, quantize_linear_int8
     from model.search import _select, select
-    from model.transformer import ModelConfig, Transformer
+    from model.config import ModelConfig
+    from model.transformer import Transformer
 
     for d_in, d_out in [(256, 768), (1024, 256), (256, V)]:
         linear = torch.nn.Linear(d_in, d_out)

@@ -1,5 +1,4 @@
-"""Checkpoint directories: config.json, model.safetensors, source.spm/target.spm, optional
-source_vocab.json/target_vocab.json, and metadata.json (languages, training summary).
+"""Saving and loading checkpoint directories (the format: model/config.py).
 
 Weights are only ever read with safetensors; a pickle is never loaded. Loading checks every
 tensor name and shape against the model the config describes and says what is wrong.
@@ -15,15 +14,12 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from model.config import CheckpointError, read_header
 from model.tokenizer import Tokenizer
-from model.transformer import ModelConfig, Transformer
+from model.transformer import Transformer
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
           "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
-
-
-class CheckpointError(ValueError):
-    pass
 
 
 def stored_state(model: Transformer) -> dict[str, torch.Tensor]:
@@ -59,19 +55,10 @@ def save_checkpoint(out_dir: Path, model: Transformer, source_spm: Path, target_
 
 def load_checkpoint(directory: Path, device: str | torch.device = "cpu", dtype: str = "float32"):
     """Returns (model in eval mode, tokenizer, metadata)."""
-    d = Path(directory)
-    if not d.is_dir():
-        raise CheckpointError(f"{d}: not a checkpoint directory")
-    missing_files = [f for f in ("config.json", "model.safetensors", "source.spm", "target.spm", "metadata.json")
-                     if not (d / f).is_file()]
-    if missing_files:
-        raise CheckpointError(f"{d}: missing {', '.join(missing_files)}")
     if dtype not in DTYPES:
         raise CheckpointError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-    try:
-        config = ModelConfig.load(d / "config.json")
-    except (ValueError, TypeError) as e:
-        raise CheckpointError(f"{d / 'config.json'}: {e}") from e
+    header = read_header(directory)
+    d, config = header.directory, header.config
     model = Transformer(config)
     try:
         weights = load_file(str(d / "model.safetensors"))
@@ -89,6 +76,4 @@ def load_checkpoint(directory: Path, device: str | torch.device = "cpu", dtype: 
         for name, tensor in expected.items():
             tensor.copy_(weights[name])
     model = model.to(device=device, dtype=DTYPES[dtype]).eval()
-    tokenizer = Tokenizer.from_dir(d, config)
-    metadata = json.loads((d / "metadata.json").read_text())
-    return model, tokenizer, metadata
+    return model, Tokenizer.from_dir(d, config), header.metadata

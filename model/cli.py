@@ -51,8 +51,9 @@ def register(subparsers) -> None:
                         "where native, else float32; int8: int8 Linear layers on the CPU")
     p.set_defaults(func=translate_command)
 
-    # the other model-side commands live beside the code they drive
-    from model import langid, marian
+    # the other commands live beside the code they drive
+    from model import langid
+    from model.convert import marian
     from training import corpus, evaluate, train
 
     for module in (marian, corpus, train, evaluate, langid):

@@ -25,7 +25,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from torch import Tensor
+import numpy as np
 
 SENTINEL_BASE = 0xE000  # Unicode private use area: never in ordinary text
 MAX_SPANS = 32  # sentinels in the vocabulary; spans past the 32nd of a text stay plain text
@@ -157,14 +157,14 @@ class Repair:
         return bool(self.inserted or self.removed)
 
 
-def repair(source_pieces: list[str], target_pieces: list[str], attention: Tensor | None) -> Repair:
+def repair(source_pieces: list[str], target_pieces: list[str], attention: np.ndarray | None) -> Repair:
     """Make the target hold each sentinel of the source exactly once.
 
-    attention: (layers, heads, T', S) cross-attention of the hypothesis (T' >= len(target)
+    attention: (layers, heads, T', S) cross-attention of the hypothesis, float32 (T' >= len(target)
     rows: row t is the step that emitted target piece t), or None (then a missing sentinel
     goes at the end). source_pieces: the S source pieces, EOS included.
     """
-    weights = None if attention is None else attention.float().mean(dim=(0, 1))  # (T', S)
+    weights = None if attention is None else np.asarray(attention, dtype=np.float32).mean(axis=(0, 1))  # (T', S)
     source_pos: dict[int, int] = {}
     for s, p in enumerate(source_pieces):
         k = sentinel_index(p)

@@ -14,7 +14,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from model.protect import SENTINELS
-from model.transformer import ModelConfig
+from model.config import ModelConfig
 
 
 class Tokenizer:

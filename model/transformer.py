@@ -11,66 +11,16 @@ back-pointers) and `keep_sources` (drop finished sentences); it never reaches in
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from model import kernels
+from model.config import ModelConfig
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
-
-
-@dataclass
-class ModelConfig:
-    src_vocab_size: int
-    tgt_vocab_size: int
-    d_model: int = 512
-    n_heads: int = 8
-    d_ff: int = 2048
-    encoder_layers: int = 6
-    decoder_layers: int = 6
-    norm: str = "post"  # "post": LayerNorm(x + Sublayer(x)) as in the paper; "pre": x + Sublayer(LayerNorm(x))
-    activation: str = "relu"  # relu | gelu | swish
-    share_embeddings: bool = False  # one matrix for source and target tokens (needs one vocabulary)
-    tie_output: bool = True  # output projection = target embedding matrix (section 3.4)
-    output_bias: bool = False
-    scale_embedding: bool = True  # multiply embeddings by sqrt(d_model) (section 3.4)
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    activation_dropout: float = 0.0
-    max_positions: int = 1024
-    pad_id: int = 0
-    bos_id: int = 1
-    eos_id: int = 2
-    unk_id: int = 3
-    decoder_start_id: int = 1  # first decoder input; Marian models use pad_id here
-
-    def __post_init__(self):
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
-        if self.norm not in ("post", "pre"):
-            raise ValueError(f"norm must be 'post' or 'pre', got {self.norm!r}")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
-        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise ValueError("share_embeddings needs src_vocab_size == tgt_vocab_size")
-
-    def save(self, path: Path) -> None:
-        Path(path).write_text(json.dumps(asdict(self), indent=2) + "\n")
-
-    @classmethod
-    def load(cls, path: Path) -> "ModelConfig":
-        data = json.loads(Path(path).read_text())
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"{path}: unknown config fields {unknown}; known: {sorted(known)}")
-        return cls(**data)
 
 
 def sinusoidal_positions(n_positions: int, d_model: int) -> Tensor:

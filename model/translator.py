@@ -9,46 +9,18 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from torch import Tensor
 
 from model import kernels, protect
 from model.checkpoint import load_checkpoint
+from model.config import MAX_BEAM
+from model.results import Translation, TranslationResult, restore
 from model.cpu.fused import can_fuse, fuse
 from model.cpu.weights import can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
 from model.search import beam_search
 
-MAX_BEAM = 16
-
-
-@dataclass
-class Translation:
-    text: str
-    tokens: list[str]  # target pieces, without EOS
-    token_ids: list[int]
-    score: float  # log-prob / length^length_penalty
-    log_prob: float
-    ended_with_eos: bool  # False when the length cap stopped it
-    attention: Tensor | None = None  # (layers, heads, target_len, source_len) incl. the EOS step
-    target_tokens: list[str] | None = None  # the attention's rows: tokens (+ "</s>" when it ended with EOS)
-    # protected spans (placeholders, tags, URLs, ...; model/protect.py), by number: those the output
-    # lacked, put back where the attention points, and repeated or unknown ones that were removed
-    spans_inserted: list[int] = field(default_factory=list)
-    spans_removed: list[int] = field(default_factory=list)
-
-    @property
-    def repaired(self) -> bool:
-        return bool(self.spans_inserted or self.spans_removed)
-
-
-@dataclass
-class TranslationResult:
-    source_tokens: list[str]  # the attention's columns, EOS included (a span's sentinel shows its text)
-    hypotheses: list[Translation] = field(default_factory=list)  # best first
-    spans: list[str] = field(default_factory=list)  # the protected spans of the source, in order
 
 
 def default_device() -> str:
@@ -203,7 +175,8 @@ class Translator:
             pieces = tok.target_pieces(h.token_ids)
             t = Translation(tok.decode_target(h.token_ids), pieces, h.token_ids, h.score, h.log_prob, h.ended_with_eos)
             if tok.has_sentinels and (self.has_sentinel(source_ids) or self.has_sentinel(h.token_ids)):
-                fixed = protect.repair(source_pieces, pieces, h.attention)
+                attention = None if h.attention is None else h.attention.float().cpu().numpy()
+                fixed = protect.repair(source_pieces, pieces, attention)
                 if fixed.changed:
                     t.text, t.spans_inserted, t.spans_removed = tok.decode_pieces(fixed.pieces), fixed.inserted, fixed.removed
             if return_attention:
@@ -211,25 +184,3 @@ class Translator:
                 t.target_tokens = pieces + (["</s>"] if h.ended_with_eos else [])
             result.hypotheses.append(t)
         return restore(result, masked.spans) if masked and masked.spans else result
-
-
-def restore(result: TranslationResult, spans: list[str]) -> TranslationResult:
-    """Put the protected spans back into a result's texts and tokens (in place): sentinel k
-    becomes spans[k]."""
-    result.spans = spans
-    result.source_tokens = show_spans(result.source_tokens, spans)
-    for h in result.hypotheses:
-        h.text = protect.unmask(h.text, spans)
-        h.tokens = show_spans(h.tokens, spans)
-        if h.target_tokens is not None:
-            h.target_tokens = show_spans(h.target_tokens, spans)
-    return result
-
-
-def show_spans(pieces: list[str], spans: list[str]) -> list[str]:
-    """Pieces as a reader should see them: a sentinel piece shows the span it stands for."""
-    out = []
-    for p in pieces:
-        k = protect.sentinel_index(p)
-        out.append(p if k is None or k >= len(spans) else p.replace(protect.sentinel(k), spans[k]))
-    return out

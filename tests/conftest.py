@@ -14,7 +14,8 @@ import torch
 
 from model.checkpoint import save_checkpoint
 from model.protect import SENTINELS
-from model.transformer import ModelConfig, Transformer
+from model.config import ModelConfig
+from model.transformer import Transformer
 
 TINY_TEXT = [
     "The quick brown fox jumps over the lazy dog.",

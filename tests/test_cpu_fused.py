@@ -12,7 +12,8 @@ from model import kernels as loader
 from model.cpu.fused import can_fuse, fuse
 from model.cpu.weights import quantize_linear_int8
 from model.search import beam_search
-from model.transformer import ModelConfig, Transformer
+from model.config import ModelConfig
+from model.transformer import Transformer
 from model.translator import Translator
 from tests.conftest import make_tiny_checkpoint
 

@@ -9,7 +9,8 @@ import torch
 
 from model import kernels as loader
 from model.search import beam_search, top_candidates
-from model.transformer import ModelConfig, Transformer, attention
+from model.config import ModelConfig
+from model.transformer import Transformer, attention
 
 DTYPES = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}  # output tolerance per storage type
 

@@ -2,7 +2,7 @@
 
 import random
 
-import torch
+import numpy as np
 
 from model import protect
 from model.protect import mask, mask_pair, repair, sentinel, spans, unmask
@@ -58,8 +58,8 @@ def test_mask_pair_random_numbers_cover_all_sentinels():
     assert seen == set(range(protect.MAX_SPANS))
 
 
-def _attention(rows: list[list[float]]) -> torch.Tensor:
-    return torch.tensor(rows).view(1, 1, len(rows), len(rows[0]))
+def _attention(rows: list[list[float]]) -> np.ndarray:
+    return np.array(rows, dtype=np.float32).reshape(1, 1, len(rows), len(rows[0]))
 
 
 def test_repair_inserts_a_dropped_span_where_attention_points():

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from model.search import beam_search, top_candidates, topk_rows
-from model.transformer import ModelConfig, Transformer
+from model.config import ModelConfig
+from model.transformer import Transformer
 
 PAD, START, EOS = 0, 1, 2
 

@@ -13,7 +13,8 @@ from safetensors.torch import load_file
 from sentencepiece import sentencepiece_model_pb2
 
 from model.checkpoint import load_checkpoint, save_checkpoint, stored_state
-from model.transformer import ModelConfig, Transformer
+from model.config import ModelConfig
+from model.transformer import Transformer
 from model.translator import Translator
 from training import train
 

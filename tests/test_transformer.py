@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from model.transformer import ModelConfig, Transformer, attention, sinusoidal_positions
+from model.config import ModelConfig
+from model.transformer import Transformer, attention, sinusoidal_positions
 
 
 def tiny(**overrides):

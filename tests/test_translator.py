@@ -119,7 +119,7 @@ def test_auto_dtype_is_bfloat16_on_amx_else_int8_where_the_kernels_run_a_vector_
                                              (False, None, False, "float32")]:
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda v=amx: v)
         monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512_bf16: v)
-        monkeypatch.setattr(cpu_kernels, "int8_path", lambda v=path: v)
+        monkeypatch.setattr(kernels, "int8_path", lambda v=path: v)
         assert auto_dtype("cpu") == expected
 
 

@@ -40,7 +40,8 @@ from model import protect
 from model.checkpoint import load_checkpoint, save_checkpoint, stored_state
 from model.search import beam_search
 from model.tokenizer import Tokenizer
-from model.transformer import ModelConfig, Transformer
+from model.config import ModelConfig
+from model.transformer import Transformer
 from model.translator import Translator
 
 SPECIAL_IDS = dict(pad_id=0, unk_id=1, bos_id=2, eos_id=3)

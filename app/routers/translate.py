@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import time
 
+import numpy as np
+
 from fastapi import APIRouter, Header, Request
 
 from app.alignments import Alignment
@@ -12,7 +14,7 @@ from app.protocol import Alternative, SpanRepair, TranslateRequest, TranslateRes
 from app.routers import ServiceDep, errors
 from app.scheduler import BatchKey
 from app.service import Service
-from model.translator import Translation, TranslationResult, restore
+from model.results import Translation, TranslationResult, restore
 
 router = APIRouter(tags=["translate"])
 
@@ -24,7 +26,7 @@ def finite(score: float) -> float:
 
 def rounded(attention) -> list:
     # 6 decimals (in float64, so they print short): a third of the JSON, the same picture
-    return attention.double().round(decimals=6).tolist()
+    return np.round(np.asarray(attention, dtype=np.float64), 6).tolist()
 
 
 def translation_out(service: Service, model_id: str, result: TranslationResult, body: TranslateRequest):

@@ -34,7 +34,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from model.checkpoint import DTYPES, save_checkpoint, stored_state
-from model.transformer import ModelConfig, Transformer, sinusoidal_positions
+from model.config import ModelConfig
+from model.transformer import Transformer, sinusoidal_positions
 
 # HF MarianConfig defaults (transformers 5.x) for keys a config.json may leave out.
 HF_DEFAULTS = {

@@ -1,0 +1,85 @@
+"""The worker process: loads every model on its device, then translates batches from its pipe
+until told to stop (the server side: app/worker.py). Only this process imports torch.
+
+Results go back as model/results.py objects with attention as numpy arrays, so the server
+unpickles them without torch.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import torch
+
+from app.worker import FAULT_EXIT, FAULT_RAISE, FAULT_SLOW, receive_message, send_message
+from model.results import TranslationResult
+from model.translator import Translator
+
+
+def _inject_faults(translator, sources: list[list[int]]) -> None:
+    for ids in sources:
+        text = "".join(translator.tokenizer.source_pieces(ids))
+        if FAULT_RAISE in text:
+            raise RuntimeError("injected fault")
+        if FAULT_EXIT in text:
+            os._exit(3)
+        if FAULT_SLOW in text:
+            time.sleep(1.0)
+
+
+def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: int, batch_tokens: int,
+                fault_injection: bool) -> None:
+    """Process entry point: load every model, then translate batches until told to stop."""
+    # Ctrl-C reaches the whole process group; the server decides when workers stop, after
+    # finishing in-flight work.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(threads)
+    try:
+        translators = {model_id: Translator(d, device=device, dtype=dtype) for model_id, d in models.items()}
+    except Exception as e:
+        send_message(conn, ("failed", f"loading models failed: {type(e).__name__}: {e}"))
+        return
+    features = {"dtype": next(iter(translators.values())).dtype,
+                "cpu_kernels": any(t.cpu_kernels for t in translators.values()),
+                "fused": any(t.model.fused is not None for t in translators.values()),
+                "int8_path": next((t.int8_path for t in translators.values() if t.int8_path), None)}
+    send_message(conn, ("ready", os.getpid(), features))
+    while True:
+        try:
+            message = receive_message(conn)
+        except EOFError:  # the server is gone
+            message = None
+        if message is None:
+            # nothing to flush or save; skipping interpreter teardown (~0.5 s with torch) makes
+            # shutdown and restarts quicker
+            os._exit(0)
+        key, sources = message
+        try:
+            translator = translators[key.model]
+            if fault_injection:
+                _inject_faults(translator, sources)
+            results = translator.translate(sources, beam_size=key.beam_size, n_best=key.n_best,
+                                           length_penalty=key.length_penalty, max_length=key.max_length,
+                                           return_attention=key.attention, batch_tokens=batch_tokens)
+        except Exception as e:
+            # A CUDA error other than OOM (a device-side assert) poisons the context for good:
+            # only a new process recovers, so say so and exit.
+            fatal = device.startswith("cuda") and "CUDA error" in str(e)
+            if device.startswith("cuda") and not fatal:
+                torch.cuda.empty_cache()  # after an OOM, give the next batch the memory back
+            send_message(conn, ("fatal" if fatal else "error", f"{type(e).__name__}: {e}"))
+            if fatal:
+                os._exit(1)
+        else:
+            send_message(conn, ("ok", plain(results)))
+
+
+def plain(results: list[TranslationResult]) -> list[TranslationResult]:
+    """Attention as float32 numpy arrays: what the server can read without torch."""
+    for r in results:
+        for h in r.hypotheses:
+            if h.attention is not None:
+                h.attention = h.attention.float().cpu().numpy()
+    return results

@@ -1,0 +1,61 @@
+"""What a translation returns (`TranslationResult`, one per source, its `Translation`s best first),
+and `restore`, which puts protected spans back into them (model/protect.py). No torch here: the
+service's HTTP process reads these without it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from model import protect
+
+
+@dataclass
+class Translation:
+    text: str
+    tokens: list[str]  # target pieces, without EOS
+    token_ids: list[int]
+    score: float  # log-prob / length^length_penalty
+    log_prob: float
+    ended_with_eos: bool  # False when the length cap stopped it
+    # (layers, heads, target_len, source_len) incl. the EOS step: a float32 torch Tensor from the
+    # Translator, a numpy array once it has crossed the service's worker pipe
+    attention: Any = None
+    target_tokens: list[str] | None = None  # the attention's rows: tokens (+ "</s>" when it ended with EOS)
+    # protected spans (placeholders, tags, URLs, ...; model/protect.py), by number: those the output
+    # lacked, put back where the attention points, and repeated or unknown ones that were removed
+    spans_inserted: list[int] = field(default_factory=list)
+    spans_removed: list[int] = field(default_factory=list)
+
+    @property
+    def repaired(self) -> bool:
+        return bool(self.spans_inserted or self.spans_removed)
+
+
+@dataclass
+class TranslationResult:
+    source_tokens: list[str]  # the attention's columns, EOS included (a span's sentinel shows its text)
+    hypotheses: list[Translation] = field(default_factory=list)  # best first
+    spans: list[str] = field(default_factory=list)  # the protected spans of the source, in order
+
+
+def restore(result: TranslationResult, spans: list[str]) -> TranslationResult:
+    """Put the protected spans back into a result's texts and tokens (in place): sentinel k
+    becomes spans[k]."""
+    result.spans = spans
+    result.source_tokens = show_spans(result.source_tokens, spans)
+    for h in result.hypotheses:
+        h.text = protect.unmask(h.text, spans)
+        h.tokens = show_spans(h.tokens, spans)
+        if h.target_tokens is not None:
+            h.target_tokens = show_spans(h.target_tokens, spans)
+    return result
+
+
+def show_spans(pieces: list[str], spans: list[str]) -> list[str]:
+    """Pieces as a reader should see them: a sentinel piece shows the span it stands for."""
+    out = []
+    for p in pieces:
+        k = protect.sentinel_index(p)
+        out.append(p if k is None or k >= len(spans) else p.replace(protect.sentinel(k), spans[k]))
+    return out

@@ -106,7 +106,7 @@ class Registry:
         self.identifier = identifier  # None: language detection is unavailable
 
     @classmethod
-    def load(cls, directories: list[str]) -> "Registry":
+    def load(cls, directories: list[str]) -> Registry:
         if not directories:
             raise CheckpointError("no model directories given (NMT_MODEL_DIRS)")
         models = [load_model(d) for d in directories]

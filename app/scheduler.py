@@ -15,6 +15,7 @@ must return one result per source. Tested alone with a fake run_batch.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -143,7 +144,7 @@ class Scheduler:
             return
         try:
             await asyncio.wait_for(asyncio.shield(self._task), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._task.cancel()
             for task in list(self._running):
                 task.cancel()
@@ -166,10 +167,8 @@ class Scheduler:
             if self.queues and self.in_flight < self.slots:
                 oldest = min(q[0].job.arrived for q in self.queues.values())
                 timeout = max(0.0, oldest + self.max_wait_s - now)
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
-            except asyncio.TimeoutError:
-                pass
 
     def _ready_key(self, now: float) -> BatchKey | None:
         """Among keys with a full budget or an item past max_wait, the one with the oldest item."""

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import glob
 import hmac
-import os
 import logging
+import os
 import time
 from dataclasses import dataclass
 

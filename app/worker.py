@@ -17,9 +17,9 @@ replaced, and `status()` says so meanwhile.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import multiprocessing
-import os
 import pickle
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -145,7 +145,7 @@ class WorkerPool:
         loop = asyncio.get_running_loop()
         try:
             return await asyncio.wait_for(loop.run_in_executor(self._io, receive_message, parent), self.start_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return "failed", f"did not load within {self.start_timeout_s:.0f} s"
         except (EOFError, OSError):
             await loop.run_in_executor(None, w.process.join, 5)
@@ -167,7 +167,7 @@ class WorkerPool:
         call.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved even if abandoned
         try:
             reply = await asyncio.wait_for(asyncio.shield(call), self.batch_timeout_s)
-        except (EOFError, OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, EOFError, OSError) as e:
             hung = isinstance(e, asyncio.TimeoutError)
             if not hung:  # it is dying: let it, to report its own exit code
                 await asyncio.get_running_loop().run_in_executor(None, w.process.join, 2)
@@ -213,10 +213,8 @@ class WorkerPool:
         started = [w for w in self.workers if w.process is not None and w.process.pid is not None]
         for w in started:
             if w.state == "idle":
-                try:
+                with contextlib.suppress(OSError):
                     send_message(w.conn, None)
-                except OSError:
-                    pass
         loop = asyncio.get_running_loop()
         await asyncio.gather(*(loop.run_in_executor(None, w.process.join, timeout) for w in started))
         for w in started:

@@ -140,7 +140,6 @@ def converted_for_ct2(ckpt: Path, workdir: Path) -> Path:
 
 def our_checkpoint_to_ct2(ckpt: Path, out: Path) -> Path:
     """Write one of our checkpoints as a CTranslate2 model (fused QKV / KV layouts map 1:1)."""
-    import ctranslate2
     from ctranslate2.specs import common_spec, transformer_spec
 
     model, tokenizer, _ = load_checkpoint(ckpt)

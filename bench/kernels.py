@@ -85,7 +85,8 @@ def main() -> None:
             linear = torch.nn.Linear(d_in, d_out).bfloat16()
             packed = PrepackedLinear(linear)
             x = torch.randn(N, d_in, generator=g).to(dt)
-            row(f"Linear {d_in} -> {d_out}", lambda: packed(x), lambda: linear(x), "prepacked oneDNN weight; F.linear")
+            row(f"Linear {d_in} -> {d_out}", lambda packed=packed, x=x: packed(x), lambda linear=linear, x=x: linear(x),
+                "prepacked oneDNN weight; F.linear")
         ffn = torch.nn.Linear(256, 1024).bfloat16()
         fused = PrepackedLinear(ffn, "relu")
         x = torch.randn(N, 256, generator=g).to(dt)
@@ -106,10 +107,10 @@ def int8_rows(row, N: int, T: int, S: int, V: int, beams: int, g: torch.Generato
     import copy
     import warnings
 
+    from model.config import ModelConfig
     from model.cpu.fused import fuse
     from model.cpu.weights import Int8Linear, quantize_linear_int8
     from model.search import _select, select
-    from model.config import ModelConfig
     from model.transformer import Transformer
 
     for d_in, d_out in [(256, 768), (1024, 256), (256, V)]:
@@ -120,8 +121,10 @@ def int8_rows(row, N: int, T: int, S: int, V: int, beams: int, g: torch.Generato
             fbgemm = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(linear), {torch.nn.Linear},
                                                             dtype=torch.qint8)
         x = torch.randn(N, d_in, generator=g)
-        row(f"int8 Linear {d_in} -> {d_out}", lambda: ours(x), lambda: fbgemm(x), "fbgemm dynamic int8 (one scale a batch)")
-        row(f"int8 Linear {d_in} -> {d_out}", lambda: ours(x), lambda: linear(x), "float32 F.linear")
+        row(f"int8 Linear {d_in} -> {d_out}", lambda ours=ours, x=x: ours(x), lambda fbgemm=fbgemm, x=x: fbgemm(x),
+            "fbgemm dynamic int8 (one scale a batch)")
+        row(f"int8 Linear {d_in} -> {d_out}", lambda ours=ours, x=x: ours(x), lambda linear=linear, x=x: linear(x),
+            "float32 F.linear")
     # the shipped model's shape, random weights: pre-norm, d 256, 8 heads, FFN 1024, 2 decoder layers
     torch.manual_seed(0)
     config = ModelConfig(src_vocab_size=V, tgt_vocab_size=V, d_model=256, n_heads=8, d_ff=1024, encoder_layers=6,

@@ -8,9 +8,9 @@ import sys
 
 
 def translate_command(args) -> None:
-    from model.translator import Translator
-
     import torch
+
+    from model.translator import Translator
 
     translator = Translator(args.model, device=args.device, dtype=args.dtype)
     parallel = getattr(args, "parallel", 1)

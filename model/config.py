@@ -60,7 +60,7 @@ class ModelConfig:
         Path(path).write_text(json.dumps(asdict(self), indent=2) + "\n")
 
     @classmethod
-    def load(cls, path: Path) -> "ModelConfig":
+    def load(cls, path: Path) -> ModelConfig:
         data = json.loads(Path(path).read_text())
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from model.protect import SENTINELS
 from model.config import ModelConfig
+from model.protect import SENTINELS
 
 
 class Tokenizer:
@@ -35,7 +35,7 @@ class Tokenizer:
                              for s in SENTINELS} if self.has_sentinels else set()
 
     @classmethod
-    def from_dir(cls, directory: Path, config: ModelConfig) -> "Tokenizer":
+    def from_dir(cls, directory: Path, config: ModelConfig) -> Tokenizer:
         d = Path(directory)
         vocabs = [json.loads((d / f).read_text()) if (d / f).exists() else None
                   for f in ("source_vocab.json", "target_vocab.json")]

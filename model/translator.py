@@ -16,11 +16,10 @@ import torch
 from model import kernels, protect
 from model.checkpoint import load_checkpoint
 from model.config import MAX_BEAM
-from model.results import Translation, TranslationResult, restore
 from model.cpu.fused import can_fuse, fuse
 from model.cpu.weights import can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
+from model.results import Translation, TranslationResult, restore
 from model.search import beam_search
-
 
 
 def default_device() -> str:

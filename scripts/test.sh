@@ -11,4 +11,6 @@ if ! command -v chromium >/dev/null 2>&1; then
     echo "chromium is missing: install it (apt-get install chromium) to run the browser tests" >&2
   fi
 fi
-exec .venv/bin/python -m pytest "$@"
+.venv/bin/ruff check .  # lint first: a finding fails the run
+# -m "": every test, the kernels, browser and end-to-end ones too (a plain `pytest` leaves those out)
+exec .venv/bin/python -m pytest -m "" "$@"

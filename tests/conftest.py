@@ -13,8 +13,8 @@ import sentencepiece as spm
 import torch
 
 from model.checkpoint import save_checkpoint
-from model.protect import SENTINELS
 from model.config import ModelConfig
+from model.protect import SENTINELS
 from model.transformer import Transformer
 
 TINY_TEXT = [

@@ -19,13 +19,18 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (content_type_conformance, response_schema_conformance,
-                                               status_code_conformance)
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from app.main import create_app
 from app.settings import Settings
 from app.worker import FAULT_SLOW
 from model.translator import Translator
+
+pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[1]
 SENTENCES = ["Hello world.", "Open the file and save your changes.", "The quick brown fox jumps over the lazy dog.",
@@ -46,7 +51,8 @@ def free_port() -> int:
 def server(tiny_checkpoint):
     port = free_port()
     env = {**os.environ, "NMT_MODEL_DIRS": str(tiny_checkpoint), "NMT_WORKERS": "2", "NMT_THREADS_PER_WORKER": "1",
-           "NMT_MAX_WAIT_MS": "30", "NMT_DTYPE": "float32", "NMT_MAX_ITEMS": "8", "NMT_MAX_CHARS": "300", "NMT_FAULT_INJECTION": "true"}
+           "NMT_MAX_WAIT_MS": "30", "NMT_DTYPE": "float32", "NMT_MAX_ITEMS": "8", "NMT_MAX_CHARS": "300",
+           "NMT_FAULT_INJECTION": "true"}
     process = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1",
                                 "--port", str(port), "--log-level", "warning"], cwd=ROOT, env=env)
     url = f"http://127.0.0.1:{port}"

@@ -17,6 +17,8 @@ from app.settings import Settings
 from app.worker import FAULT_EXIT, FAULT_RAISE, FAULT_SLOW
 from model.translator import Translator
 
+pytestmark = pytest.mark.e2e
+
 TIMEOUT_S = 0.6
 
 

@@ -7,6 +7,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+pytestmark = pytest.mark.e2e
+
 SERVE_AND_TRANSLATE = textwrap.dedent("""
     import sys, time
     from fastapi.testclient import TestClient

@@ -92,7 +92,7 @@ def test_only_items_with_the_same_options_share_a_batch():
     for key, result in results:
         assert all(k == key for k, _ in result)  # each item decoded with its own request's options
     assert len(fake.batches) == len(keys)  # the two requests per key shared one batch
-    for key, sources in fake.batches:
+    for _, sources in fake.batches:
         assert len(sources) == 6
 
 

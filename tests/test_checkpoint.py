@@ -4,8 +4,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from model.config import CheckpointError
 from model.checkpoint import load_checkpoint
+from model.config import CheckpointError
 from model.transformer import Transformer
 from tests.conftest import make_tiny_checkpoint
 

@@ -1,11 +1,20 @@
 """Fast tests for training/corpus.py on tiny fixture pairs (no network, no packages)."""
 import struct
-from collections import Counter
 
 from model.protect import spans
 from training.corpus import (
-    clean_pair, dedup, dedup_against, parse_ding_line, pick_general_test, pick_protect_test,
-    read_mo, read_openttd, read_po, refine_paragraph, split_by_unit, ddtp_blocks,
+    clean_pair,
+    ddtp_blocks,
+    dedup,
+    dedup_against,
+    parse_ding_line,
+    pick_general_test,
+    pick_protect_test,
+    read_mo,
+    read_openttd,
+    read_po,
+    refine_paragraph,
+    split_by_unit,
 )
 
 
@@ -157,6 +166,7 @@ def test_paragraph_refinement_and_ddtp_blocks():
 
 def test_mallard_keyseq_and_lohelp_hidden_variants(tmp_path):
     import xml.etree.ElementTree as ET
+
     from training.corpus import help_blocks, mallard_text
     el = ET.fromstring('<p xmlns="http://projectmallard.org/1.0/">Press <keyseq><key>Ctrl</key>'
                        '<key>L</key></keyseq> in <gui>Files</gui>.</p>')

@@ -9,13 +9,15 @@ import pytest
 import torch
 
 from model import kernels as loader
+from model.config import ModelConfig
 from model.cpu.fused import can_fuse, fuse
 from model.cpu.weights import quantize_linear_int8
 from model.search import beam_search
-from model.config import ModelConfig
 from model.transformer import Transformer
 from model.translator import Translator
 from tests.conftest import make_tiny_checkpoint
+
+pytestmark = pytest.mark.kernels
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-import pytest
-
-from training import evaluate, train
 from tests.test_train import overfit_model, pairs  # noqa: F401 - overfit_model: the shared fixture
+from training import evaluate, train
 
 
 def test_eval_scores_table_and_json(overfit_model, tmp_path, capsys):

@@ -8,9 +8,11 @@ import pytest
 import torch
 
 from model import kernels as loader
-from model.search import beam_search, top_candidates
 from model.config import ModelConfig
+from model.search import beam_search, top_candidates
 from model.transformer import Transformer, attention
+
+pytestmark = pytest.mark.kernels
 
 DTYPES = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}  # output tolerance per storage type
 
@@ -302,6 +304,7 @@ def test_a_read_only_cache_is_used_when_its_build_matches_the_source(kernels, mo
     """A read-only container: torch's loader fails on its lock file, the build the image made is
     imported as it is, and a build of other source is not."""
     import shutil
+
     import torch.utils.cpp_extension as extension
 
     name = f"nmt_cpu_kernels_{torch.backends.cpu.get_cpu_capability().lower()}"

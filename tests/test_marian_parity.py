@@ -53,7 +53,8 @@ def randomize(model: MarianMTModel, seed: int, eos_bias: float) -> None:
             elif p.dim() == 1:
                 p.copy_(0.2 * torch.randn(p.shape, generator=g))
             else:
-                p.copy_(torch.randn(p.shape, generator=g) * p.size(-1) ** -0.5 * (1.0 if "embed" in name or "shared" in name or "lm_head" in name else WSCALE))
+                scale = 1.0 if "embed" in name or "shared" in name or "lm_head" in name else WSCALE
+                p.copy_(torch.randn(p.shape, generator=g) * p.size(-1) ** -0.5 * scale)
         bias = 0.5 * torch.randn(model.final_logits_bias.shape, generator=g)
         bias[0, EOS] = eos_bias
         model.final_logits_bias.copy_(bias)

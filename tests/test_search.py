@@ -3,8 +3,8 @@ import itertools
 import pytest
 import torch
 
-from model.search import beam_search, top_candidates, topk_rows
 from model.config import ModelConfig
+from model.search import beam_search, top_candidates, topk_rows
 from model.transformer import Transformer
 
 PAD, START, EOS = 0, 1, 2

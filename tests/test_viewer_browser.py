@@ -19,6 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+pytestmark = pytest.mark.browser
+
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts"
 CHROMIUM = os.environ.get("NMT_TEST_CHROMIUM", "/usr/bin/chromium")

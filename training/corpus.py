@@ -58,9 +58,9 @@ import time
 import unicodedata
 import xml.etree.ElementTree as ET
 from collections import Counter, OrderedDict
+from collections.abc import Iterable, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from model import protect
 
@@ -315,13 +315,13 @@ def fetch_catalogs(names: list[str], cache_dir: Path) -> dict[str, Path]:
         dest = cache_dir / "catalogs" / deb.stem
         if not (dest / ".done").exists():
             dest.mkdir(parents=True, exist_ok=True)
-            with subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE) as proc:
-                with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
-                    for member in tar:
-                        if member.isfile() and CATALOG_MEMBER_RE.search(member.name):
-                            target = dest / member.name.lstrip("./")
-                            target.parent.mkdir(parents=True, exist_ok=True)
-                            target.write_bytes(tar.extractfile(member).read())
+            with subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE) as proc, \
+                    tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+                for member in tar:
+                    if member.isfile() and CATALOG_MEMBER_RE.search(member.name) and ".." not in member.name:
+                        target = dest / member.name.removeprefix("./")
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        target.write_bytes(tar.extractfile(member).read())
             (dest / ".done").touch()
         out[name] = dest
     return out

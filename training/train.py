@@ -38,9 +38,9 @@ from safetensors.torch import load_file, save_file
 
 from model import protect
 from model.checkpoint import load_checkpoint, save_checkpoint, stored_state
+from model.config import ModelConfig
 from model.search import beam_search
 from model.tokenizer import Tokenizer
-from model.config import ModelConfig
 from model.transformer import Transformer
 from model.translator import Translator
 
@@ -589,7 +589,7 @@ class Trainer:
 
     def finish(self) -> Path:
         """Average the last K checkpoints; keep the average only if its dev loss is no worse."""
-        a, s = self.args, self.state
+        a = self.args
         ckpts = list_checkpoints(self.run_dir)[-a.average_last:]
         last = {n: t.detach().clone() for n, t in stored_state(self.model).items()}
         last_loss = dev_loss(self.model, self.dev_data, a.max_tokens)
@@ -636,10 +636,11 @@ class Trainer:
 def hardware(threads: int) -> str:
     cpu = platform.processor() or platform.machine()
     try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
     except OSError:
         pass
     return f"{cpu}, {os.cpu_count()} cores, {threads} torch threads, torch {torch.__version__}"

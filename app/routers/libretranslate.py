@@ -6,7 +6,8 @@ The model was trained on single sentences, so each q entry is split into sentenc
 'html': into runs of text and inline tags between block tags, then those into sentences; see
 app/markup.py for what is kept as written). With a model whose vocabulary has sentinels
 (model/protect.py), placeholders, URLs, Weblate's [X12X] masks and inline tags go through the
-model as sentinels and come back exactly as written. The sentences of all entries are translated as one job, batched together under
+model as sentinels and come back exactly as written. The sentences of all entries are translated as
+one job, batched together under
 one deadline, and each entry is rebuilt from its own translations, its markup and whitespace kept.
 With alternatives, alternative k of an entry is made of hypothesis k+1 of each of its sentences.
 /v1/translate does none of this: it translates each text as one sequence.

@@ -6,11 +6,10 @@ import math
 import time
 
 import numpy as np
-
 from fastapi import APIRouter, Header, Request
 
 from app.alignments import Alignment
-from app.protocol import Alternative, SpanRepair, TranslateRequest, TranslateResponse, TranslationOut, Timing
+from app.protocol import Alternative, SpanRepair, Timing, TranslateRequest, TranslateResponse, TranslationOut
 from app.routers import ServiceDep, errors
 from app.scheduler import BatchKey
 from app.service import Service

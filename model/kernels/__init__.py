@@ -47,7 +47,8 @@ _tried = False
 def _build(capability: str | None = None):
     """Compile (or load from the cache) the kernels for this CPU's vector instructions, or for
     `capability` ("AVX512", "AVX2", "DEFAULT": the portable code, as tests use it)."""
-    from torch.utils.cpp_extension import _get_build_directory, load as build_extension
+    from torch.utils.cpp_extension import _get_build_directory
+    from torch.utils.cpp_extension import load as build_extension
 
     capability = capability or torch.backends.cpu.get_cpu_capability()
     flags = ["-O3", f"-DNMT_HEADER={hashlib.sha256(_HEADER.read_bytes()).hexdigest()[:16]}"]

@@ -11,9 +11,8 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException
-
-from app.protocol import TranslateRequest
 
 log = logging.getLogger("uvicorn.error")
 
@@ -72,6 +71,16 @@ def describe_validation(errors: list[dict], known_fields: list[str] | None = Non
     return "; ".join(parts)
 
 
+def body_fields(request: Request) -> list[str] | None:
+    """The fields of the JSON body model of the route the request matched, if it has one."""
+    dependant = getattr(request.scope.get("route"), "dependant", None)
+    for param in getattr(dependant, "body_params", []):
+        model = param.field_info.annotation
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            return sorted(model.model_fields)
+    return None
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError):
@@ -79,7 +88,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError):
-        return error_response(400, describe_validation(list(exc.errors()), sorted(TranslateRequest.model_fields)))
+        return error_response(400, describe_validation(list(exc.errors()), body_fields(request)))
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException):

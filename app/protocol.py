@@ -36,8 +36,9 @@ class TranslateRequest(BaseModel):
                         "alternatives; at most beam_size.", examples=[1])
     length_penalty: float = Field(1.0, ge=0.0, le=10.0, description="Score = log-prob / length^length_penalty; "
                                   "larger favours longer output.", examples=[1.0])
-    max_length: int | None = Field(None, ge=1, le=1024, description="Cap on generated tokens (EOS included); "
-                                   "null: 1.5 x source length + 10, within the model's limit.", examples=[None])
+    max_length: int | None = Field(None, ge=1, le=1024, description="Most tokens to generate (EOS included), in "
+                                   "place of the default 1.5 x source length + 10 (at most 256); never more than "
+                                   "the model's positions.", examples=[None])
     alignments: bool = Field(False, description="Store each hypothesis's attention and return an alignment_id "
                              "for GET /v1/alignments/{id}.", examples=[False])
     include_attention: bool = Field(False, description="Return the best hypothesis's attention and tokens inline.",

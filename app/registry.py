@@ -118,6 +118,11 @@ class Registry:
     def targets(self, source: str) -> list[str]:
         return sorted(m.target for m in self.models.values() if m.source == source)
 
+    def languages(self) -> list[tuple[str, str, list[str]]]:
+        """(code, name, targets) of every served language (no targets for a target-only one)."""
+        codes = sorted({m.source for m in self.models.values()} | {m.target for m in self.models.values()})
+        return [(c, language_name(c), self.targets(c)) for c in codes]
+
     def pairs(self) -> str:
         return ", ".join(sorted(self.models))
 

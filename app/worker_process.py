@@ -37,7 +37,7 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(threads)
     try:
-        translators = {model_id: Translator(d, device=device, dtype=dtype) for model_id, d in models.items()}
+        translators = {model_id: Translator.load(d, device=device, dtype=dtype) for model_id, d in models.items()}
     except Exception as e:
         send_message(conn, ("failed", f"loading models failed: {type(e).__name__}: {e}"))
         return
@@ -61,7 +61,7 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
             if fault_injection:
                 _inject_faults(translator, sources)
             results = translator.translate(sources, beam_size=key.beam_size, n_best=key.n_best,
-                                           length_penalty=key.length_penalty, max_length=key.max_length,
+                                           length_penalty=key.length_penalty, max_decoding_length=key.max_length,
                                            return_attention=key.attention, batch_tokens=batch_tokens)
         except Exception as e:
             # A CUDA error other than OOM (a device-side assert) poisons the context for good:

@@ -39,7 +39,7 @@ def ctranslate2_outputs(model: str, compute: str, lines: list[str], beam: int, w
     from bench.engine import converted_for_ct2
 
     converted = converted_for_ct2(Path(model), workdir)
-    tokenizer = Translator(model, device="cpu")
+    tokenizer = Translator.load(model, device="cpu", dtype="float32")
     sources = [tokenizer.tokenizer.source_pieces(tokenizer.encode(line)) for line in lines]
     engine = ctranslate2.Translator(str(converted), device="cpu", compute_type=compute)
     together = [r.hypotheses[0] for r in engine.translate_batch(sources, beam_size=beam, max_batch_size=len(sources))]

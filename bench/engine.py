@@ -220,8 +220,8 @@ def our_translator(ckpt: Path, compute: str, **options) -> Translator:
     dynamic quantization as it is, one activation scale per batch (what ours ran before
     model/cpu/weights.py's Int8Linear)."""
     if compute != "int8-per-batch":
-        return Translator(ckpt, device="cpu", dtype=compute, **options)
-    translator = Translator(ckpt, device="cpu", dtype="float32", **options)
+        return Translator.load(ckpt, device="cpu", dtype=compute, **options)
+    translator = Translator.load(ckpt, device="cpu", dtype="float32", **options)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.ao's deprecation notice
         torch.ao.quantization.quantize_dynamic(translator.model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
@@ -237,7 +237,7 @@ class Ours:
         self.torch_threads = 1 if parallel > 1 else None  # inter layout: one torch thread per batch
 
     def run(self, sources: list[list[int]], beam: int, tgt_len: int):
-        res = self.t.translate(sources, beam_size=beam, max_length=tgt_len, min_length=tgt_len, batch_tokens=1 << 30,
+        res = self.t.translate(sources, beam_size=beam, max_decoding_length=tgt_len, min_length=tgt_len, batch_tokens=1 << 30,
                                parallel=self.parallel)
         return [r.hypotheses[0].token_ids if not r.hypotheses[0].ended_with_eos else None for r in res]
 

@@ -183,8 +183,8 @@ def offline(model: str, sentences: list[str], threads: int, args) -> tuple[float
     from model.translator import Translator
 
     torch.set_num_threads(threads)
-    translator = Translator(model, device=None if args.device in (None, "auto") else args.device,
-                            dtype=args.dtype or "auto")
+    translator = Translator.load(model, device=None if args.device in (None, "auto") else args.device,
+                                 dtype=args.dtype or "auto")
     translator.translate(sentences[:4], beam_size=args.beam_size)  # warm-up
     start = time.perf_counter()
     translator.translate(sentences, beam_size=args.beam_size, batch_tokens=args.batch_tokens or 4096)

@@ -12,7 +12,7 @@ def translate_command(args) -> None:
 
     from model.translator import Translator
 
-    translator = Translator(args.model, device=args.device, dtype=args.dtype)
+    translator = Translator.load(args.model, device=args.device, dtype=args.dtype)
     parallel = getattr(args, "parallel", 1)
     if parallel > 1:
         torch.set_num_threads(1)  # one core per batch
@@ -20,7 +20,7 @@ def translate_command(args) -> None:
     # empty lines stay empty lines, so output line i always answers input line i
     texts = [line for line in lines if line.strip()]
     results = iter(translator.translate(texts, beam_size=args.beam, n_best=args.n_best,
-                                        length_penalty=args.length_penalty, max_length=args.max_length,
+                                        length_penalty=args.length_penalty, max_decoding_length=args.max_length,
                                         batch_tokens=args.batch_tokens, parallel=parallel))
     out = sys.stdout
     for line in lines:
@@ -40,7 +40,8 @@ def register(subparsers) -> None:
     p.add_argument("--model", required=True, help="checkpoint directory")
     p.add_argument("--beam", type=int, default=4, help="beam size (1 = greedy)")
     p.add_argument("--n-best", type=int, default=1, help="hypotheses per line, tab-separated with scores")
-    p.add_argument("--max-length", type=int, default=None, help="cap on new target tokens (EOS included)")
+    p.add_argument("--max-length", type=int, default=None, help="most new target tokens (EOS included), in place of "
+                   "1.5 x source tokens + 10")
     p.add_argument("--length-penalty", type=float, default=1.0, help="score = log-prob / length^alpha")
     p.add_argument("--batch-tokens", type=int, default=4096, help="source tokens per batch (beams included)")
     p.add_argument("--parallel", type=int, default=1, help="batches decoded at once, one thread each (CPU: try "
@@ -52,9 +53,8 @@ def register(subparsers) -> None:
     p.set_defaults(func=translate_command)
 
     # the other commands live beside the code they drive
-    from model import langid
     from model.convert import marian
-    from training import corpus, evaluate, train
+    from training import corpus, evaluate, langid, train
 
     for module in (marian, corpus, train, evaluate, langid):
         module.register(subparsers)

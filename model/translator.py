@@ -1,8 +1,10 @@
 """The public API: load a checkpoint directory once, translate lists of sentences.
 
-    translator = Translator("checkpoints/en-de")
+    translator = Translator.load("checkpoints/en-de")          # device and dtype "auto"
     [result] = translator.translate(["Hello world."], beam_size=4, return_attention=True)
     result.hypotheses[0].text, result.hypotheses[0].attention.shape  # (L, H, T, S)
+
+`Translator(model, tokenizer)` wraps a model already in memory (training's dev decoding does).
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from model import kernels, protect
 from model.checkpoint import load_checkpoint
 from model.config import MAX_BEAM
 from model.cpu.fused import can_fuse, fuse
-from model.cpu.weights import can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
+from model.cpu.weights import Int8Linear, can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
 from model.results import Translation, TranslationResult, restore
 from model.search import beam_search
+from model.tokenizer import Tokenizer
+from model.transformer import Transformer
 
 
 def default_device() -> str:
@@ -49,31 +53,44 @@ def auto_dtype(device: str | torch.device) -> str:
 
 
 class Translator:
-    def __init__(self, model_dir: str | Path, device: str | None = None, dtype: str = "float32",
-                 max_length_a: float = 1.5, max_length_b: int = 10, max_length_cap: int = 256,
-                 prepack: bool = True):
-        """prepack: on a CPU with native bf16, a bfloat16 model's Linear weights are reordered
-        once into oneDNN's layout (model/cpu/weights.py); False keeps plain torch Linear layers."""
-        self.device = torch.device(device or default_device())
-        self.dtype = dtype = auto_dtype(self.device) if dtype == "auto" else dtype
-        if dtype == "int8":
-            if self.device.type != "cpu":
-                raise ValueError("dtype int8 (int8 Linear layers) runs on the CPU only")
-            model, self.tokenizer, self.metadata = load_checkpoint(Path(model_dir), self.device, "float32")
-            self.model = quantize_linear_int8(model)
-            if can_fuse(self.model):  # the encoder and the decoder step in one C++ call each
-                fuse(self.model)
-        else:
-            self.model, self.tokenizer, self.metadata = load_checkpoint(Path(model_dir), self.device, dtype)
-            if prepack and can_prepack_bf16(self.model):
-                prepack_linear_bf16(self.model)
-        self.config = self.model.config
-        # built or loaded now rather than in the first request; False: PyTorch ops only
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, metadata: dict | None = None,
+                 max_length_a: float = 1.5, max_length_b: int = 10, max_length_cap: int = 256):
+        """A model in memory, used on its device and in its dtype as it is. Without a
+        max_decoding_length, a translation gets at most max_length_a * source length +
+        max_length_b new tokens, never more than max_length_cap."""
+        self.model, self.tokenizer, self.metadata = model, tokenizer, metadata or {}
+        self.config = model.config
+        weight = model.tgt_embed.weight
+        self.device = weight.device
+        int8 = isinstance(model.output_proj, Int8Linear)
+        self.dtype = "int8" if int8 else str(weight.dtype).removeprefix("torch.")
+        # whether the C++ kernels run (built or loaded now rather than in the first request)
         self.cpu_kernels = self.device.type == "cpu" and kernels.available()
         # the int8 product path ("avx512_vnni", "avx2", "scalar"), or None: not int8, or no kernels
-        self.int8_path = kernels.int8_path() if dtype == "int8" else None
+        self.int8_path = kernels.int8_path() if int8 else None
         self.max_length_a, self.max_length_b = max_length_a, max_length_b
         self.max_length_cap = min(max_length_cap, self.config.max_positions)
+
+    @classmethod
+    def load(cls, directory: str | Path, device: str | None = None, dtype: str = "auto", prepack: bool = True,
+             **limits) -> Translator:
+        """A checkpoint directory, on `device` (None: CUDA when there is one) in `dtype` ("auto":
+        see auto_dtype). prepack: on a CPU with native bf16, a bfloat16 model's Linear weights are
+        reordered once into oneDNN's layout (model/cpu/weights.py); False keeps plain Linear layers."""
+        device = torch.device(device or default_device())
+        dtype = auto_dtype(device) if dtype == "auto" else dtype
+        if dtype == "int8":
+            if device.type != "cpu":
+                raise ValueError("dtype int8 (int8 Linear layers) runs on the CPU only")
+            model, tokenizer, metadata = load_checkpoint(Path(directory), device, "float32")
+            model = quantize_linear_int8(model)
+            if can_fuse(model):  # the encoder and the decoder step in one C++ call each
+                fuse(model)
+        else:
+            model, tokenizer, metadata = load_checkpoint(Path(directory), device, dtype)
+            if prepack and can_prepack_bf16(model):
+                prepack_linear_bf16(model)
+        return cls(model, tokenizer, metadata, **limits)
 
     @property
     def max_source_tokens(self) -> int:
@@ -86,16 +103,20 @@ class Translator:
     def mask(self, text: str) -> protect.Masked:
         return protect.mask(text) if self.tokenizer.has_sentinels else protect.Masked(text)
 
-    def length_cap(self, source_len: int, max_length: int | None) -> int:
-        """New target tokens allowed (EOS included): a * source length + b, within the hard cap."""
-        cap = min(self.max_length_cap, math.ceil(self.max_length_a * source_len + self.max_length_b))
-        return max(1, min(cap, max_length) if max_length else cap)
+    def length_cap(self, source_len: int, max_decoding_length: int | None) -> int:
+        """New target tokens allowed (EOS included): max_decoding_length when given (within the
+        model's positions), else a * source length + b within the hard cap."""
+        if max_decoding_length:
+            return max(1, min(max_decoding_length, self.config.max_positions))
+        return max(1, min(self.max_length_cap, math.ceil(self.max_length_a * source_len + self.max_length_b)))
 
     def translate(self, sources: list[str] | list[list[int]], beam_size: int = 4, n_best: int = 1,
-                  length_penalty: float = 1.0, max_length: int | None = None, return_attention: bool = False,
-                  batch_tokens: int = 4096, min_length: int = 0, parallel: int = 1) -> list[TranslationResult]:
-        """Translate strings (or EOS-terminated source id lists). max_length caps new target tokens
-        (EOS included); EOS is not allowed before min_length new tokens.
+                  length_penalty: float = 1.0, max_decoding_length: int | None = None,
+                  return_attention: bool = False, batch_tokens: int = 4096, min_length: int = 0,
+                  parallel: int = 1) -> list[TranslationResult]:
+        """Translate strings (or EOS-terminated source id lists). max_decoding_length: the most new
+        target tokens (EOS included), in place of the default a * source length + b; EOS is not
+        allowed before min_length new tokens.
 
         Sentences are sorted by length and packed into batches of at most batch_tokens source
         tokens (counting padding, and beams); results come back in input order. parallel > 1
@@ -124,8 +145,8 @@ class Translator:
         def run(batch: list[int]):
             # a repair places a missing span by the attention, so it is computed where spans are
             attention = return_attention or any(self.has_sentinel(ids[i]) for i in batch)
-            return self.translate_ids([ids[i] for i in batch], beam_size, n_best, length_penalty, max_length,
-                                      attention, min_length)
+            return self.translate_ids([ids[i] for i in batch], beam_size, n_best, length_penalty,
+                                      max_decoding_length, attention, min_length)
 
         if parallel > 1:
             with ThreadPoolExecutor(parallel) as pool:
@@ -151,12 +172,12 @@ class Translator:
         return batches + ([current] if current else [])
 
     def translate_ids(self, ids: list[list[int]], beam_size: int, n_best: int, length_penalty: float,
-                      max_length: int | None, return_attention: bool, min_length: int = 0):
+                      max_decoding_length: int | None, return_attention: bool, min_length: int = 0):
         S = max(len(x) for x in ids)
         src = torch.full((len(ids), S), self.config.pad_id, dtype=torch.long)
         for row, x in enumerate(ids):
             src[row, : len(x)] = torch.tensor(x)
-        caps = torch.tensor([self.length_cap(len(x), max_length) for x in ids])
+        caps = torch.tensor([self.length_cap(len(x), max_decoding_length) for x in ids])
         return beam_search(self.model, src.to(self.device), beam_size, n_best, length_penalty,
                            caps.to(self.device), return_attention, min_length)
 

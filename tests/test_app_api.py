@@ -37,7 +37,7 @@ def client(tiny_checkpoint, de_en):
 
 @pytest.fixture(scope="module")
 def offline(tiny_checkpoint):
-    return Translator(tiny_checkpoint, device="cpu", dtype="auto")  # what the service runs by default
+    return Translator.load(tiny_checkpoint, device="cpu", dtype="auto")  # what the service runs by default
 
 
 def translate(client, status=200, **body):
@@ -85,7 +85,7 @@ def test_translate_list_with_alternatives_alignments_and_attention(client, offli
     texts = ["Open the file.", "Click the button to print the document.", "Hello world."]
     body = translate(client, text=texts, beam_size=4, n_best=3, alignments=True, include_attention=True,
                      max_length=12)
-    expected = offline.translate(texts, beam_size=4, n_best=3, max_length=12, return_attention=True)
+    expected = offline.translate(texts, beam_size=4, n_best=3, max_decoding_length=12, return_attention=True)
     assert len(body["translations"]) == 3
     for t, e in zip(body["translations"], expected):
         assert [t["text"]] + [a["text"] for a in t["alternatives"]] == [h.text for h in e.hypotheses]
@@ -100,7 +100,7 @@ def test_translate_list_with_alternatives_alignments_and_attention(client, offli
 def test_second_model_serves_its_own_pair(client, de_en):
     body = translate(client, text="Hallo Welt.", source="de", target="en")
     assert body["model"] == "de-en"
-    [expected] = Translator(de_en, device="cpu", dtype="auto").translate(["Hallo Welt."])
+    [expected] = Translator.load(de_en, device="cpu", dtype="auto").translate(["Hallo Welt."])
     assert body["translations"][0]["text"] == expected.hypotheses[0].text
 
 
@@ -338,7 +338,7 @@ def test_detect_errors(detecting, client, monkeypatch):
 
 
 def test_auto_source_detects_among_several_source_languages(detecting, de_en):
-    [expected] = Translator(de_en, device="cpu", dtype="auto").translate([SHORT_GERMAN], beam_size=4)
+    [expected] = Translator.load(de_en, device="cpu", dtype="auto").translate([SHORT_GERMAN], beam_size=4)
     confidence = detecting.post("/detect", json={"q": SHORT_GERMAN}).json()[0]["confidence"]
     assert 50 < confidence < 99.5
     r = detecting.post("/translate", json={"q": SHORT_GERMAN, "source": "auto", "target": "en"})

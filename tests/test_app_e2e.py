@@ -85,7 +85,7 @@ def test_concurrent_mixed_requests_each_get_their_own_translation(server, tiny_c
             return await asyncio.gather(*(client.post("/v1/translate", json=body) for body, _ in requests))
 
     responses = asyncio.run(fire())
-    offline = Translator(tiny_checkpoint, device="cpu")
+    offline = Translator.load(tiny_checkpoint, device="cpu", dtype="float32")
     for (body, texts), response in zip(requests, responses):
         assert response.status_code == 200, response.text
         options = {k: v for k, v in body.items() if k not in ("text", "source", "target")}
@@ -105,7 +105,7 @@ def test_concurrent_mixed_requests_each_get_their_own_translation(server, tiny_c
 def test_libretranslate_auto_source_with_one_source_language(server, tiny_checkpoint):
     url, _ = server
     r = httpx.post(f"{url}/translate", data={"q": "Hello world.", "source": "auto", "target": "de"})
-    [expected] = Translator(tiny_checkpoint, device="cpu").translate(["Hello world."])
+    [expected] = Translator.load(tiny_checkpoint, device="cpu", dtype="float32").translate(["Hello world."])
     assert r.json() == {"translatedText": expected.hypotheses[0].text,
                         "detectedLanguage": {"confidence": 100.0, "language": "en"}}
     r = httpx.post(f"{url}/translate", json={"q": ["Hello world."], "source": "auto", "target": "de"})

@@ -73,8 +73,8 @@ def test_a_worker_exception_fails_only_the_request_with_the_bad_input(url, tiny_
     responses = asyncio.run(fire())
     assert responses[2].status_code == 503
     assert "injected fault" in responses[2].json()["error"]
-    expected = Translator(tiny_checkpoint, device="cpu").translate([t for i, t in enumerate(texts) if i != 2],
-                                                                   beam_size=2)
+    offline = Translator.load(tiny_checkpoint, device="cpu", dtype="float32")
+    expected = offline.translate([t for i, t in enumerate(texts) if i != 2], beam_size=2)
     good = [r for i, r in enumerate(responses) if i != 2]
     assert all(r.status_code == 200 for r in good), [r.text for r in good]
     assert [r.json()["translations"][0]["text"] for r in good] == [e.hypotheses[0].text for e in expected]

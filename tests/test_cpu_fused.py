@@ -135,7 +135,7 @@ def int8_checkpoint(tmp_path_factory):
 
 
 def test_the_int8_translator_fuses_and_threads_share_the_fused_calls(int8_checkpoint):
-    translator = Translator(int8_checkpoint, device="cpu", dtype="int8")
+    translator = Translator.load(int8_checkpoint, device="cpu", dtype="int8")
     assert translator.model.fused is not None
     texts = ["Open the file.", "Save your changes now please.", "Print.", "Close the window and the dialog.",
              "Hello world.", "Click the button to print the document."]

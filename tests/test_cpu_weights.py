@@ -29,8 +29,8 @@ def test_prepacked_linear_is_bit_identical_to_linear(bias):
 
 @pytest.mark.skipif(not NATIVE_BF16, reason="this CPU has no native bf16 oneDNN kernels")
 def test_prepacked_translator_gives_the_same_translations_and_attention(tiny_checkpoint):
-    plain = Translator(tiny_checkpoint, device="cpu", dtype="bfloat16", prepack=False)
-    packed = Translator(tiny_checkpoint, device="cpu", dtype="bfloat16")
+    plain = Translator.load(tiny_checkpoint, device="cpu", dtype="bfloat16", prepack=False)
+    packed = Translator.load(tiny_checkpoint, device="cpu", dtype="bfloat16")
     assert isinstance(packed.model.output_proj, PrepackedLinear)
     assert isinstance(plain.model.output_proj, nn.Linear)
     assert not any(isinstance(m, nn.Linear) for m in packed.model.modules())

@@ -140,7 +140,7 @@ def hf_generate(model: MarianMTModel, sources, beam: int, n_best: int, max_new: 
 
 
 def our_generate(translator: Translator, sources, beam: int, n_best: int, max_new: int, min_new: int = 0):
-    res = translator.translate(sources, beam_size=beam, n_best=n_best, length_penalty=1.0, max_length=max_new,
+    res = translator.translate(sources, beam_size=beam, n_best=n_best, length_penalty=1.0, max_decoding_length=max_new,
                                min_length=min_new)
     return [[(h.token_ids, h.ended_with_eos, h.score, h.log_prob) for h in r.hypotheses] for r in res]
 
@@ -177,7 +177,7 @@ def pair(request, tmp_path_factory, tokenizer_files):
     hf = build_hf(d / "hf", tokenizer_files, activation, shared, eos_bias=eos_bias, seed=seed, tie=tie,
                   scale_embedding=scale)
     import_marian(d / "hf", d / "ours")
-    return hf, Translator(d / "ours", device="cpu", max_length_b=1000), d
+    return hf, Translator.load(d / "ours", device="cpu", max_length_b=1000, dtype="float32"), d
 
 
 def test_config_mapping(pair):
@@ -241,7 +241,7 @@ def test_length_cap(tmp_path, tokenizer_files, beam):
     """EOS disfavoured: every sentence runs to the cap; HF and ours agree on tokens and scores."""
     hf = build_hf(tmp_path / "hf", tokenizer_files, "swish", True, eos_bias=-6.0, seed=3)
     import_marian(tmp_path / "hf", tmp_path / "ours")
-    translator = Translator(tmp_path / "ours", device="cpu", max_length_b=1000)
+    translator = Translator.load(tmp_path / "ours", device="cpu", max_length_b=1000, dtype="float32")
     hf_out = hf_generate(hf, SOURCES, beam, beam, MAX_NEW)
     assert_same_outputs(our_generate(translator, SOURCES, beam, beam, MAX_NEW), hf_out, f"cap, beam {beam}")
     assert all(len(h[0]) == MAX_NEW and not h[1] for hyps in hf_out for h in hyps)
@@ -260,7 +260,7 @@ def test_text_round_trip(pair):
     out = hf.generate(**enc, num_beams=4, early_stopping=True, max_new_tokens=MAX_NEW, min_new_tokens=0,
                       max_length=None, forced_eos_token_id=None, do_sample=False, length_penalty=1.0,
                       bad_words_ids=[[hf.config.pad_token_id]])
-    ours = translator.translate(texts, beam_size=4, max_length=MAX_NEW)
+    ours = translator.translate(texts, beam_size=4, max_decoding_length=MAX_NEW)
     assert [r.hypotheses[0].text for r in ours] == tok.batch_decode(out, skip_special_tokens=True)
 
 

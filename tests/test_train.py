@@ -74,7 +74,7 @@ def test_end_to_end(tmp_path):
     meta = json.loads((final / "metadata.json").read_text())
     assert meta["source_lang"] == "en" and meta["target_lang"] == "de"
     assert meta["training"]["steps"] == 30 and meta["training"]["data"]["ding_dict_kept"] == 3
-    [result] = Translator(final, device="cpu").translate(["The red cat sleeps."], beam_size=2)
+    [result] = Translator.load(final, device="cpu", dtype="float32").translate(["The red cat sleeps."], beam_size=2)
     assert isinstance(result.hypotheses[0].text, str)
 
 
@@ -96,7 +96,7 @@ def overfit_model(tmp_path_factory) -> tuple[Path, Path]:
 
 def test_overfit_then_translate_exactly(overfit_model):
     data = pairs(20)
-    translator = Translator(overfit_model[0], device="cpu")
+    translator = Translator.load(overfit_model[0], device="cpu", dtype="float32")
     sources, references = [e for e, _ in data], [g for _, g in data]
     for beam in (1, 4):
         hyps = [r.hypotheses[0].text for r in translator.translate(sources, beam_size=beam)]
@@ -152,7 +152,7 @@ def test_spans_become_sentinels_and_come_back(overfit_model, tmp_path):
     assert sp.encode("\ue000", out_type=str)[-1] == "\ue000" and sp.get_piece_size() >= 32
     loaded = train.load_training_corpus(corpus, -1, 1)
     assert loaded.description["dropped_span_mismatch"] == 0
-    translator = Translator(final, device="cpu")
+    translator = Translator.load(final, device="cpu", dtype="float32")
     text = 'The %s cat <b>sleeps</b> at {0}, see https://example.org/x.'
     for beam in (1, 4):
         [result] = translator.translate([text], beam_size=beam, n_best=beam)

@@ -14,18 +14,18 @@ SENTENCES = ["Open the file.", "Hello world, this is a small test sentence with 
 
 @pytest.fixture(scope="module")
 def translator(tiny_checkpoint):
-    return Translator(tiny_checkpoint, device="cpu")
+    return Translator.load(tiny_checkpoint, device="cpu", dtype="float32")
 
 
 def test_results_come_back_in_input_order_whatever_the_batching(translator):
-    one_by_one = [translator.translate([s], beam_size=2, max_length=8)[0] for s in SENTENCES]
-    packed = translator.translate(SENTENCES, beam_size=2, max_length=8, batch_tokens=40)  # several batches
+    one_by_one = [translator.translate([s], beam_size=2, max_decoding_length=8)[0] for s in SENTENCES]
+    packed = translator.translate(SENTENCES, beam_size=2, max_decoding_length=8, batch_tokens=40)  # several batches
     assert len(Translator.batches([translator.encode(s) for s in SENTENCES], 20)) > 1
     assert [r.hypotheses[0].token_ids for r in packed] == [r.hypotheses[0].token_ids for r in one_by_one]
 
 
 def test_result_fields(translator):
-    [result] = translator.translate(["Open the file."], beam_size=3, n_best=2, max_length=6, return_attention=True)
+    [result] = translator.translate(["Open the file."], beam_size=3, n_best=2, max_decoding_length=6, return_attention=True)
     assert result.source_tokens[-1] == "</s>"
     assert len(result.hypotheses) == 2
     best = result.hypotheses[0]
@@ -37,7 +37,7 @@ def test_result_fields(translator):
 
 def test_token_id_input_and_max_length(translator):
     ids = translator.encode("Open the file.")
-    [r] = translator.translate([ids], beam_size=1, max_length=3)
+    [r] = translator.translate([ids], beam_size=1, max_decoding_length=3)
     assert len(r.hypotheses[0].token_ids) <= 3
 
 
@@ -71,8 +71,8 @@ def test_cli_translate_keeps_line_alignment(tiny_checkpoint, monkeypatch, capsys
 
 
 def test_int8_translator_stays_close_to_float32(tiny_checkpoint):
-    fp32 = Translator(tiny_checkpoint, device="cpu")
-    int8 = Translator(tiny_checkpoint, device="cpu", dtype="int8")
+    fp32 = Translator.load(tiny_checkpoint, device="cpu", dtype="float32")
+    int8 = Translator.load(tiny_checkpoint, device="cpu", dtype="int8")
     assert isinstance(int8.model.output_proj, Int8Linear)
     assert not any(isinstance(m, torch.nn.Linear) for m in int8.model.modules())
     src = torch.tensor([fp32.encode("Open the file and save your changes.")])
@@ -80,7 +80,7 @@ def test_int8_translator_stays_close_to_float32(tiny_checkpoint):
     reference = fp32.model(src, tgt).log_softmax(-1)
     quantized = int8.model(src, tgt).log_softmax(-1)
     assert (reference - quantized).abs().max() < 0.1 * reference.abs().max()
-    [result] = int8.translate(["Open the file."], beam_size=2, max_length=6, return_attention=True)
+    [result] = int8.translate(["Open the file."], beam_size=2, max_decoding_length=6, return_attention=True)
     best = result.hypotheses[0]
     torch.testing.assert_close(best.attention.sum(-1), torch.ones(best.attention.shape[:3]))
 
@@ -89,7 +89,7 @@ def test_int8_translations_do_not_depend_on_the_batch(tiny_checkpoint):
     """The service batches strangers' requests together: each must get what it would alone.
     (Products are row-exact; padding still changes float ops upstream in their last bits, which
     can flip a rare near-tie: 5 of 200 dev sentences of the shipped model, bench/batching.py.)"""
-    int8 = Translator(tiny_checkpoint, device="cpu", dtype="int8")
+    int8 = Translator.load(tiny_checkpoint, device="cpu", dtype="int8")
     texts = ["Open the file.", "Hello world, this is a small test sentence with more words.", "Click.",
              "The quick brown fox jumps over the lazy dog.", "Save your changes now please."]
     together = int8.translate(texts, beam_size=3, n_best=2, return_attention=True)
@@ -103,13 +103,13 @@ def test_int8_translations_do_not_depend_on_the_batch(tiny_checkpoint):
 
 def test_int8_is_cpu_only(tiny_checkpoint):
     with pytest.raises(ValueError, match="CPU only"):
-        Translator(tiny_checkpoint, device="meta", dtype="int8")
+        Translator.load(tiny_checkpoint, device="meta", dtype="int8")
 
 
 def test_auto_dtype_is_bfloat16_on_amx_else_int8_where_the_kernels_run_a_vector_path(tiny_checkpoint, monkeypatch):
     from model import kernels
 
-    translator = Translator(tiny_checkpoint, device="cpu", dtype="auto")
+    translator = Translator.load(tiny_checkpoint, device="cpu", dtype="auto")
     assert translator.dtype == auto_dtype("cpu")
     if translator.dtype == "int8":  # int8 Linear layers, the rest float32
         assert translator.model.tgt_embed.weight.dtype == torch.float32
@@ -124,7 +124,7 @@ def test_auto_dtype_is_bfloat16_on_amx_else_int8_where_the_kernels_run_a_vector_
 
 
 def test_parallel_batches_give_the_same_results_in_order(tiny_checkpoint):
-    translator = Translator(tiny_checkpoint, device="cpu")
+    translator = Translator.load(tiny_checkpoint, device="cpu", dtype="float32")
     texts = ["Open the file.", "Save your changes now please.", "Print.", "Close the window and the dialog.",
              "Hello world.", "Click the button to print the document."]
     serial = translator.translate(texts, beam_size=3, n_best=2, batch_tokens=60, return_attention=True)

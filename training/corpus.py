@@ -1,6 +1,6 @@
 """Build an English-German parallel corpus from human translations shipped in Debian.
 
-Sources (see /work/shared/corpus.md for how they were found):
+Sources (see ../shared/corpus.md, beside the repository, for how they were found):
 
 * ``gettext``  - .mo catalogs of large programs (UI strings, messages).
 * ``ddtp``     - Debian package descriptions and their German translations (DDTP).
@@ -813,6 +813,13 @@ def raw_pairs(sources: list[str], cache_dir: Path) -> Iterator[tuple[str, str, s
             yield from extract_ding(pkgs)
         elif src == "catalogs":
             yield from (("catalogs", u, e, d) for u, e, d in extract_catalogs(catalogs))
+
+
+def read_lines(path: Path) -> list[str]:
+    """A file of one segment a line, as write_split writes it (only \\n ends a line: a stray \\r
+    inside a segment must not split it)."""
+    with open(path, encoding="utf-8", newline="\n") as f:
+        return [line.rstrip("\n") for line in f]
 
 
 def write_split(out_dir: Path, name: str, pairs: list[dict], with_source: bool = False) -> None:

@@ -19,11 +19,7 @@ from pathlib import Path
 import torch
 
 from model.translator import Translator
-
-
-def read_lines(path: Path) -> list[str]:
-    with open(path, encoding="utf-8", newline="\n") as f:  # only \n ends a line (a stray \r must not split one)
-        return [line.rstrip("\n") for line in f]
+from training.corpus import read_lines
 
 
 def score(hypotheses: list[str], references: list[str]) -> dict:
@@ -58,7 +54,7 @@ def evaluate(model_dir: str, data_dir: str, sets: list[str], beams: list[int], l
              threads: int = 2, batch_tokens: int = 4096, hyp_dir: str | None = None,
              dtype: str = "float32") -> dict:
     torch.set_num_threads(threads)
-    translator = Translator(model_dir, device="cpu", dtype=dtype)
+    translator = Translator.load(model_dir, device="cpu", dtype=dtype)
     rows = []
     for name in sets:
         src = read_lines(Path(data_dir) / f"{name}.en")[:limit]

@@ -39,10 +39,10 @@ from safetensors.torch import load_file, save_file
 from model import protect
 from model.checkpoint import load_checkpoint, save_checkpoint, stored_state
 from model.config import ModelConfig
-from model.search import beam_search
 from model.tokenizer import Tokenizer
 from model.transformer import Transformer
 from model.translator import Translator
+from training.corpus import read_lines
 
 SPECIAL_IDS = dict(pad_id=0, unk_id=1, bos_id=2, eos_id=3)
 # Arguments a resumed run may change when given; everything else comes from the run's args.json.
@@ -55,11 +55,6 @@ def log(msg: str) -> None:
 
 
 # ---- data ----------------------------------------------------------------------------------
-
-
-def read_lines(path: Path) -> list[str]:
-    with open(path, encoding="utf-8", newline="\n") as f:  # only \n ends a line (a stray \r must not split one)
-        return [line.rstrip("\n") for line in f]
 
 
 @dataclass
@@ -414,23 +409,12 @@ def dev_loss(model: Transformer, data: EncodedCorpus, max_tokens: int) -> float:
 
 
 def greedy_translate(model: Transformer, tokenizer: Tokenizer, texts: list[str], batch_tokens: int = 4096) -> list[str]:
-    """Greedy decoding with the same search the Translator uses (beam 1), caps 1.5 S + 10;
-    protected spans masked on the way in and put back on the way out (no repair)."""
+    """Greedy decoding through the Translator (spans masked, repaired and put back)."""
     was_training = model.training
     model.eval()
-    masked = [protect.mask(t) for t in texts]
-    ids = [tokenizer.encode_source(m.text)[: model.config.max_positions] for m in masked]
-    out: list[str] = [""] * len(ids)
-    for rows in Translator.batches(ids, batch_tokens):
-        S = max(len(ids[i]) for i in rows)
-        src = torch.full((len(rows), S), model.config.pad_id, dtype=torch.long)
-        for r, i in enumerate(rows):
-            src[r, : len(ids[i])] = torch.tensor(ids[i])
-        caps = torch.tensor([min(256, math.ceil(1.5 * len(ids[i]) + 10)) for i in rows])
-        for i, hyps in zip(rows, beam_search(model, src, 1, 1, 1.0, caps)):
-            out[i] = protect.unmask(tokenizer.decode_target(hyps[0].token_ids), masked[i].spans)
+    results = Translator(model, tokenizer).translate(texts, beam_size=1, batch_tokens=batch_tokens)
     model.train(was_training)
-    return out
+    return [r.hypotheses[0].text for r in results]
 
 
 def dev_bleu(model: Transformer, tokenizer: Tokenizer, en: list[str], de: list[str]) -> float:

@@ -6,11 +6,10 @@ from typing import Literal
 
 from fastapi import APIRouter, Path, Query
 
-from app.alignments import hard_alignment, select, to_words
+from app.alignments import hard_alignment, rounded, select, to_words
 from app.errors import ApiError
 from app.protocol import AlignmentResponse
 from app.routers import ServiceDep, errors
-from app.routers.translate import rounded
 
 router = APIRouter(tags=["alignments"])
 

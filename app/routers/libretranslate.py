@@ -28,7 +28,6 @@ from app.errors import ApiError, describe_validation
 from app.protocol import DetectedLanguage, Language, LTDetectRequest, LTTranslateRequest, LTTranslateResponse
 from app.registry import ServedModel
 from app.routers import ServiceDep, errors
-from app.routers.models import languages
 from app.scheduler import BatchKey
 from app.service import Service, item_name
 
@@ -140,4 +139,4 @@ async def detect(request: Request, service: ServiceDep):
 
 @router.get("/languages", response_model=list[Language], summary="Languages (LibreTranslate-compatible)")
 async def list_languages(service: ServiceDep):
-    return languages(service.registry)
+    return [Language(code=c, name=n, targets=t) for c, n, t in service.registry.languages()]

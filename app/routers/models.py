@@ -5,16 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from app.protocol import Language, LanguagePair, LanguagesResponse, ModelConfigSummary, ModelInfo, ModelsResponse
-from app.registry import Registry, language_name
 from app.routers import ServiceDep
 
 router = APIRouter(tags=["models"])
-
-
-def languages(registry: Registry) -> list[Language]:
-    """Every served language, with the targets it translates into (none for a target-only one)."""
-    codes = sorted({m.source for m in registry.models.values()} | {m.target for m in registry.models.values()})
-    return [Language(code=c, name=language_name(c), targets=registry.targets(c)) for c in codes]
 
 
 @router.get("/v1/models", response_model=ModelsResponse, summary="Served models")
@@ -33,5 +26,5 @@ async def list_models(service: ServiceDep):
 async def list_languages(service: ServiceDep):
     registry = service.registry
     return LanguagesResponse(
-        languages=languages(registry),
+        languages=[Language(code=c, name=n, targets=t) for c, n, t in registry.languages()],
         pairs=[LanguagePair(source=m.source, target=m.target, model=m.id) for m in registry.models.values()])

@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 import time
 
-import numpy as np
 from fastapi import APIRouter, Header, Request
 
-from app.alignments import Alignment
+from app.alignments import Alignment, rounded
 from app.protocol import Alternative, SpanRepair, Timing, TranslateRequest, TranslateResponse, TranslationOut
 from app.routers import ServiceDep, errors
 from app.scheduler import BatchKey
@@ -21,11 +20,6 @@ router = APIRouter(tags=["translate"])
 def finite(score: float) -> float:
     # JSON has no -inf; a hypothesis that underflowed (fp16) still gets a comparable score
     return score if math.isfinite(score) else -1e30
-
-
-def rounded(attention) -> list:
-    # 6 decimals (in float64, so they print short): a third of the JSON, the same picture
-    return np.round(np.asarray(attention, dtype=np.float64), 6).tolist()
 
 
 def translation_out(service: Service, model_id: str, result: TranslationResult, body: TranslateRequest):

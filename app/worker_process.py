@@ -43,7 +43,7 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
         return
     features = {"dtype": next(iter(translators.values())).dtype,
                 "cpu_kernels": any(t.cpu_kernels for t in translators.values()),
-                "fused": any(t.model.fused is not None for t in translators.values()),
+                "fused": any(t.fused for t in translators.values()),
                 "int8_path": next((t.int8_path for t in translators.values() if t.int8_path), None)}
     send_message(conn, ("ready", os.getpid(), features))
     while True:

@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 
 from model.config import CheckpointError, read_header
 from model.tokenizer import Tokenizer
-from model.transformer import Transformer
+from model.transformer import Transformer, attention
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
           "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
@@ -53,13 +53,14 @@ def save_checkpoint(out_dir: Path, model: Transformer, source_spm: Path, target_
             f.chmod(0o644)
 
 
-def load_checkpoint(directory: Path, device: str | torch.device = "cpu", dtype: str = "float32"):
-    """Returns (model in eval mode, tokenizer, metadata)."""
+def load_checkpoint(directory: Path, device: str | torch.device = "cpu", dtype: str = "float32",
+                    attention_fn=attention):
+    """Returns (model in eval mode, tokenizer, metadata); attention_fn: see Transformer."""
     if dtype not in DTYPES:
         raise CheckpointError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     header = read_header(directory)
     d, config = header.directory, header.config
-    model = Transformer(config)
+    model = Transformer(config, attention_fn)
     try:
         weights = load_file(str(d / "model.safetensors"))
     except (SafetensorError, OSError) as e:

@@ -18,13 +18,15 @@ L decoder layers, H heads, S padded source length, T target positions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
-from model import kernels
-from model.transformer import Transformer
+from model.config import ModelConfig
+from model.transformer import DecoderCache
 
 # entries per block in the two-level top-k (measured at V = 32000: 32 beats 16, 64 and 128)
 _BLOCK_SIZE = 32
@@ -33,6 +35,27 @@ _CACHE_FLOATS = 1 << 18
 # what one more encoder call costs, in source tokens: a batch is cut into length groups only
 # where that saves more padding than this
 _GROUP_COST_TOKENS = 96
+
+
+class IncrementalDecoder(Protocol):
+    """What beam search needs of a model, and all it may touch (fairseq's rule: the cache is the
+    whole interface). The PyTorch `Transformer` implements it, and so does the fused int8 engine
+    (model/cpu/fused.py); `Translator` picks one when it loads a model."""
+
+    config: ModelConfig
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """src (B, S) -> memory (B, S, D), src_mask (B, 1, 1, S)."""
+
+    def start_cache(self, memory: Tensor, src_mask: Tensor, group: int, capacity: int) -> DecoderCache:
+        """A cache for `group` decoder rows per source and up to `capacity` target positions."""
+
+    def decode_step(self, tokens: Tensor, cache: DecoderCache, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """tokens (N,) -> logits (N, V) and, if asked, encoder-decoder attention (L, N, H, S)."""
+
+
+# the search's step after the decoder: `select` below, or kernels.select (one C++ call on the CPU)
+SelectFn = Callable[..., "tuple[Selection, bool, bool]"]
 
 
 @dataclass
@@ -88,18 +111,15 @@ def top_candidates(logits: Tensor, run_scores: Tensor, n: int, banned: tuple[int
     """
     B, k = run_scores.shape
     m = min(n, logits.size(-1))
-    if kernels.handles_logits(logits):  # one pass per row, in C++ (3-6x the PyTorch ops below)
-        row_top, row_tok = kernels.row_top(logits, m, banned)
-    else:
-        row_top, row_tok = _rows_top(logits, m, banned)
+    row_top, row_tok = rows_top(logits, m, banned)
     scores = run_scores.view(-1, 1) + row_top  # (N, m)
     cand_scores, flat = scores.view(B, k * m).topk(n, dim=1)  # (B, n) of k * m
     return cand_scores, flat // m, row_tok.view(B, k * m).gather(1, flat)
 
 
-def _rows_top(logits: Tensor, m: int, banned: tuple[int, ...]) -> tuple[Tensor, Tensor]:
-    """The PyTorch twin of kernels.row_top: (N, V) logits -> the m best log-probs of each
-    row (float32) and their tokens, `banned` excluded."""
+def rows_top(logits: Tensor, m: int, banned: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+    """(N, V) logits -> the m best log-probs of each row (float32) and their tokens, `banned`
+    excluded (the reference of the C++ kernels.row_top)."""
     # bf16/fp16 logits: convert all rows in one pass first; upcasting slice by slice inside
     # log_softmax is slower (128 x 32000 bf16 rows, 1 thread: 7.9 ms -> 5.1 ms per step)
     logits = logits.float()
@@ -120,7 +140,7 @@ def _row_top(logits: Tensor, m: int, banned: tuple[int, ...]) -> tuple[Tensor, T
 
 
 @dataclass
-class _Selection:
+class Selection:
     """What one step of the search decides, over its B running sentences (k beams, 2k candidates)."""
 
     cand_scores: Tensor  # (B, 2k) the best 2k continuations: accumulated log-prob, best first
@@ -136,22 +156,13 @@ class _Selection:
 
 
 def select(logits: Tensor, run_scores: Tensor, pool_scores: Tensor, pool_ref: Tensor, max_len: Tensor, t: int,
-           banned: tuple[int, ...], eos_id: int, length_penalty: float) -> tuple[_Selection, bool, bool]:
+           banned: tuple[int, ...], eos_id: int, length_penalty: float) -> tuple[Selection, bool, bool]:
     """One step of beam search after the decoder, for logits (B * k, V) of step t: the 2k best
     candidates of each sentence; those that end (EOS, or the sentence's cap max_len (B,)) within
     the top k go to the pool of finished hypotheses (score log_prob / (t + 1)^length_penalty)
     unless it is full; the best k that do not end continue. Also returns whether any sentence is
     done (its pool full, or its cap reached) and whether every beam continues itself (no reorder).
-    On the CPU one C++ call (model/kernels/search.cpp), else PyTorch ops (`_select`)."""
-    if kernels.handles_logits(logits):
-        out, any_done, in_place = kernels.load().beam_step(
-            logits, run_scores, pool_scores, pool_ref, max_len, t, list(banned), eos_id, length_penalty)
-        return _Selection(*out), any_done, in_place
-    return _select(logits, run_scores, pool_scores, pool_ref, max_len, t, banned, eos_id, length_penalty)
-
-
-def _select(logits, run_scores, pool_scores, pool_ref, max_len, t, banned, eos_id, length_penalty):
-    """The PyTorch twin of `select` (any device)."""
+    PyTorch ops; model/kernels has the same step as one C++ call (kernels.select)."""
     B, k = run_scores.shape
     cand_scores, cand_row, cand_tok = top_candidates(logits, run_scores, 2 * k, banned)  # (B, 2k)
     at_cap = (t + 1 >= max_len)[:, None]  # (B, 1)
@@ -173,7 +184,7 @@ def _select(logits, run_scores, pool_scores, pool_ref, max_len, t, banned, eos_i
     done = torch.isfinite(pool_scores).all(-1) | at_cap[:, 0]  # (B,)
     # one host sync per step: does a sentence leave the batch; is the beam order unchanged
     any_done, in_place = torch.stack([done.any(), (parents == cand_ids[:k]).all()]).tolist()
-    selection = _Selection(cand_scores, cand_row, cand_tok, keep, run_scores, pool_scores, pool_ref, tokens,
+    selection = Selection(cand_scores, cand_row, cand_tok, keep, run_scores, pool_scores, pool_ref, tokens,
                            parents, done)
     return selection, any_done, in_place
 
@@ -199,7 +210,7 @@ def length_groups(lengths: list[int], group_cost: int = _GROUP_COST_TOKENS) -> l
     return groups[::-1]
 
 
-def encode_by_length(model: Transformer, src: Tensor) -> tuple[Tensor, Tensor]:
+def encode_by_length(model: IncrementalDecoder, src: Tensor) -> tuple[Tensor, Tensor]:
     """model.encode(src), with sentences of very different lengths encoded apart, each group
     padded only to its own longest: in a mixed batch (a service's) most encoder work would
     otherwise go to padding. Returns memory (B, S, D), zero at padding, and src_mask (B, 1, 1, S).
@@ -226,7 +237,7 @@ def encode_by_length(model: Transformer, src: Tensor) -> tuple[Tensor, Tensor]:
 
 @torch.inference_mode()
 def beam_search(
-    model: Transformer,
+    model: IncrementalDecoder,
     src: Tensor,
     beam_size: int = 4,
     n_best: int = 1,
@@ -234,10 +245,12 @@ def beam_search(
     max_new_tokens: Tensor | int = 128,
     return_attention: bool = False,
     min_new_tokens: int = 0,
+    select_fn: SelectFn = select,
 ) -> list[list[Hypothesis]]:
     """src: (B, S) PAD-padded source ids. max_new_tokens: cap per sentence (EOS included),
     an int or a (B,) tensor. min_new_tokens: EOS is banned while fewer tokens than this have
     been generated (as `generate(min_new_tokens=...)`; a cap below it still ends a sentence).
+    select_fn: the step after the decoder, `select` or one with its contract (kernels.select).
     Returns per sentence its n_best hypotheses, best first."""
     c = model.config
     k, device = beam_size, src.device
@@ -270,8 +283,8 @@ def beam_search(
         B = sent.numel()
         logits, attn = model.decode_step(tokens, cache, need_weights=return_attention)  # (N, V)
         banned = (c.pad_id,) if t >= min_new_tokens else (c.pad_id, c.eos_id)  # the decoder never emits PAD
-        chosen, any_done, in_place = select(logits, run_scores, pool_scores, pool_ref, max_len, t, banned, c.eos_id,
-                                            length_penalty)
+        chosen, any_done, in_place = select_fn(logits, run_scores, pool_scores, pool_ref, max_len, t, banned,
+                                               c.eos_id, length_penalty)
         step = _Step(sent, chosen.cand_scores, chosen.cand_row, chosen.cand_tok, chosen.keep)
         if return_attention:  # (L, N, H, S) -> (B, k, L, H, S)
             step.attention = attn.transpose(0, 1).reshape(B, k, *attn.shape[:1], *attn.shape[2:])

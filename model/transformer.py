@@ -7,6 +7,12 @@ Incremental decoding (fairseq's idea): `decode_step` takes the newest token of e
 plus a `DecoderCache` and returns that token's logits only. The cache is the whole
 interface between the model and a search: the search may `reorder` its rows (beam
 back-pointers) and `keep_sources` (drop finished sentences); it never reaches into layers.
+`encode`, `start_cache` and `decode_step` are the incremental-decoder interface beam search
+takes (model/search.py); the fused int8 engine (model/cpu/fused.py) implements it too.
+
+Everything here is PyTorch. The attention function is the model's only choice of arithmetic,
+made at construction: `attention` below (the reference), or a faster one with the same
+contract (model/kernels: the C++ kernel for a decoder step on the CPU).
 """
 
 from __future__ import annotations
@@ -17,7 +23,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model import kernels
 from model.config import ModelConfig
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
@@ -47,12 +52,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights
     where attending is allowed) or an additive float bias (0 or -inf). With rows (B, Tk), k and
     v hold cache slots instead, (slots, H, Tk, Dh): key j of entry b is k[rows[b, j], :, j].
     Returns (B, H, Tq, Dh) and, if asked, the weights (B, H, Tq, Tk), in float32 whatever the
-    model's dtype (they are read, not just used). Without weights the fused kernel runs. A
-    decoder step on the CPU (a few queries, no mask but a bias over keys) runs our kernel
-    (model/kernels/__init__.py), weights or not.
+    model's dtype (they are read, not just used). Without weights PyTorch's fused SDPA runs.
     """
-    if dropout == 0.0 and kernels.handles_attention(q, k, mask):
-        return kernels.attention(q, k, v, mask, need_weights, rows)
     if rows is not None:  # gather each entry's keys and values: 2 x (B, H, Tk, Dh)
         positions = torch.arange(k.size(2), device=k.device)
         k, v = k[rows, :, positions].transpose(1, 2), v[rows, :, positions].transpose(1, 2)
@@ -69,9 +70,10 @@ class MultiHeadAttention(nn.Module):
     """Section 3.2.2. Self-attention projects Q, K and V with one fused matrix; encoder-decoder
     attention projects Q from the decoder and K, V (fused) from the encoder output."""
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float, self_attention: bool):
+    def __init__(self, d_model: int, n_heads: int, dropout: float, self_attention: bool, attention_fn=attention):
         super().__init__()
         self.n_heads, self.d_head, self.dropout = n_heads, d_model // n_heads, dropout
+        self.attention_fn = attention_fn
         if self_attention:
             self.qkv_proj = nn.Linear(d_model, 3 * d_model)
         else:
@@ -98,7 +100,7 @@ class MultiHeadAttention(nn.Module):
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool = False,
                rows: Tensor | None = None):
         p = self.dropout if self.training else 0.0
-        out, weights = attention(q, k, v, mask, need_weights, p, rows)
+        out, weights = self.attention_fn(q, k, v, mask, need_weights, p, rows)
         return self.out_proj(self.merge_heads(out)), weights
 
 
@@ -151,11 +153,11 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, c: ModelConfig):
+    def __init__(self, c: ModelConfig, attention_fn=attention):
         super().__init__()
         pre = c.norm == "pre"
-        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout, self_attention=True)
-        self.cross_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout, self_attention=False)
+        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout, True, attention_fn)
+        self.cross_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout, False, attention_fn)
         self.ffn = PositionwiseFeedForward(c.d_model, c.d_ff, c.activation, c.activation_dropout)
         self.sublayers = nn.ModuleList(SublayerConnection(c.d_model, c.dropout, pre) for _ in range(3))
 
@@ -219,14 +221,17 @@ class DecoderCache:
 
 
 class Transformer(nn.Module):
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, attention_fn=attention):
+        """attention_fn: `attention` or a function with its contract, for the decoder's attention
+        (the encoder's runs whole sequences, where PyTorch's SDPA is the fast choice)."""
         super().__init__()
         c = self.config = config
+        self.attention_fn = attention_fn
         self.src_embed = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=c.pad_id)
         self.tgt_embed = self.src_embed if c.share_embeddings else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=c.pad_id)
         self.register_buffer("positions", sinusoidal_positions(c.max_positions, c.d_model), persistent=False)
         self.encoder_layers = nn.ModuleList(EncoderLayer(c) for _ in range(c.encoder_layers))
-        self.decoder_layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.decoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(c, attention_fn) for _ in range(c.decoder_layers))
         # pre-norm stacks end with a LayerNorm; post-norm layers already end with one
         self.encoder_norm = nn.LayerNorm(c.d_model) if c.norm == "pre" else nn.Identity()
         self.decoder_norm = nn.LayerNorm(c.d_model) if c.norm == "pre" else nn.Identity()
@@ -234,8 +239,6 @@ class Transformer(nn.Module):
         if c.tie_output:
             self.output_proj.weight = self.tgt_embed.weight
         self.embed_scale = math.sqrt(c.d_model) if c.scale_embedding else 1.0
-        # encode and decode_step in one call each, set by model/cpu/fused.py for int8 models on the CPU
-        self.fused = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -244,7 +247,7 @@ class Transformer(nn.Module):
                 nn.init.xavier_uniform_(p)
             elif name.endswith(".bias") or name == "output_proj.bias":
                 nn.init.zeros_(p)
-        for emb in {self.src_embed, self.tgt_embed}:
+        for emb in dict.fromkeys([self.src_embed, self.tgt_embed]):  # once each, in a fixed order (a set's varies)
             nn.init.normal_(emb.weight, std=self.config.d_model**-0.5)
             with torch.no_grad():
                 emb.weight[self.config.pad_id].zero_()
@@ -258,8 +261,6 @@ class Transformer(nn.Module):
         """src: (B, S) token ids, PAD-padded. Returns memory (B, S, D) and src_mask (B, 1, 1, S)."""
         if src.size(1) > self.config.max_positions:
             raise ValueError(f"source has {src.size(1)} tokens; the model accepts at most {self.config.max_positions}")
-        if self.fused is not None and not torch.is_grad_enabled():
-            return self.fused.encode(src)
         src_mask = (src != self.config.pad_id)[:, None, None, :]
         x = self.embed(self.src_embed, src)
         for layer in self.encoder_layers:
@@ -310,8 +311,6 @@ class Transformer(nn.Module):
         t, g = cache.length, cache.group
         if t >= cache.capacity:
             raise ValueError(f"decoder cache is full ({cache.capacity} positions)")
-        if self.fused is not None and not torch.is_grad_enabled():
-            return self.fused.decode_step(tokens, cache, need_weights)
         x = self.embed(self.tgt_embed, tokens[:, None], start=t)  # (N, 1, D)
         cache.table[:, t] = cache.slot
         history = cache.table[:, : t + 1]  # (N, t + 1) the slot of each position
@@ -329,7 +328,7 @@ class Transformer(nn.Module):
                 N, H, Dh = h.size(0), attn.n_heads, attn.d_head
                 # the g rows of one source become g queries against that source's keys
                 q = attn.q_proj(h).view(N // g, g, H, Dh).transpose(1, 2)  # (N/g, H, g, Dh)
-                out, w = attention(q, mem_k, mem_v, cache.src_bias, need_weights, 0.0)
+                out, w = self.attention_fn(q, mem_k, mem_v, cache.src_bias, need_weights, 0.0)
                 out = out.transpose(1, 2).reshape(N, 1, H * Dh)
                 if w is not None:
                     w = w.transpose(1, 2).reshape(N, H, -1)  # (N, H, S)

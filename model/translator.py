@@ -18,12 +18,12 @@ import torch
 from model import kernels, protect
 from model.checkpoint import load_checkpoint
 from model.config import MAX_BEAM
-from model.cpu.fused import can_fuse, fuse
+from model.cpu.fused import FusedInt8Decoder, can_fuse, fuse
 from model.cpu.weights import Int8Linear, can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
 from model.results import Translation, TranslationResult, restore
-from model.search import beam_search
+from model.search import IncrementalDecoder, SelectFn, beam_search, select
 from model.tokenizer import Tokenizer
-from model.transformer import Transformer
+from model.transformer import Transformer, attention
 
 
 def default_device() -> str:
@@ -54,11 +54,15 @@ def auto_dtype(device: str | torch.device) -> str:
 
 class Translator:
     def __init__(self, model: Transformer, tokenizer: Tokenizer, metadata: dict | None = None,
+                 decoder: IncrementalDecoder | None = None, select_fn: SelectFn = select,
                  max_length_a: float = 1.5, max_length_b: int = 10, max_length_cap: int = 256):
-        """A model in memory, used on its device and in its dtype as it is. Without a
-        max_decoding_length, a translation gets at most max_length_a * source length +
-        max_length_b new tokens, never more than max_length_cap."""
+        """A model in memory, used on its device and in its dtype as it is. decoder: what beam
+        search runs (default: the model itself; the fused int8 engine, say), and select_fn its step
+        after the decoder (search.select or kernels.select). Without a max_decoding_length, a
+        translation gets at most max_length_a * source length + max_length_b new tokens, never
+        more than max_length_cap."""
         self.model, self.tokenizer, self.metadata = model, tokenizer, metadata or {}
+        self.decoder, self.select_fn = decoder or model, select_fn
         self.config = model.config
         weight = model.tgt_embed.weight
         self.device = weight.device
@@ -79,18 +83,27 @@ class Translator:
         reordered once into oneDNN's layout (model/cpu/weights.py); False keeps plain Linear layers."""
         device = torch.device(device or default_device())
         dtype = auto_dtype(device) if dtype == "auto" else dtype
+        if dtype == "int8" and device.type != "cpu":
+            raise ValueError("dtype int8 (int8 Linear layers) runs on the CPU only")
+        # the engine is chosen here, once: on a CPU with the kernels built, the C++ attention of a
+        # decoder step and search step; else the PyTorch references
+        cpu_kernels = device.type == "cpu" and kernels.available()
+        attention_fn = kernels.decoder_attention if cpu_kernels else attention
+        model, tokenizer, metadata = load_checkpoint(Path(directory), device, "float32" if dtype == "int8" else dtype,
+                                                     attention_fn)
+        decoder = model
         if dtype == "int8":
-            if device.type != "cpu":
-                raise ValueError("dtype int8 (int8 Linear layers) runs on the CPU only")
-            model, tokenizer, metadata = load_checkpoint(Path(directory), device, "float32")
             model = quantize_linear_int8(model)
             if can_fuse(model):  # the encoder and the decoder step in one C++ call each
-                fuse(model)
-        else:
-            model, tokenizer, metadata = load_checkpoint(Path(directory), device, dtype)
-            if prepack and can_prepack_bf16(model):
-                prepack_linear_bf16(model)
-        return cls(model, tokenizer, metadata, **limits)
+                decoder = fuse(model)
+        elif prepack and can_prepack_bf16(model):
+            prepack_linear_bf16(model)
+        return cls(model, tokenizer, metadata, decoder, kernels.select if cpu_kernels else select, **limits)
+
+    @property
+    def fused(self) -> bool:
+        """Whether an int8 model's encoder and decoder step run as one C++ call each."""
+        return isinstance(self.decoder, FusedInt8Decoder)
 
     @property
     def max_source_tokens(self) -> int:
@@ -178,8 +191,8 @@ class Translator:
         for row, x in enumerate(ids):
             src[row, : len(x)] = torch.tensor(x)
         caps = torch.tensor([self.length_cap(len(x), max_decoding_length) for x in ids])
-        return beam_search(self.model, src.to(self.device), beam_size, n_best, length_penalty,
-                           caps.to(self.device), return_attention, min_length)
+        return beam_search(self.decoder, src.to(self.device), beam_size, n_best, length_penalty,
+                           caps.to(self.device), return_attention, min_length, self.select_fn)
 
     def has_sentinel(self, ids: list[int]) -> bool:
         return self.tokenizer.has_sentinels and any(i in self.tokenizer.sentinel_ids for i in ids)

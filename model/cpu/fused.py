@@ -2,10 +2,11 @@
 
 In PyTorch `Transformer.decode_step` makes ~100 small calls a step and `encode` ~20 a layer,
 each with a fixed cost in Python and dispatch that does not shrink with the batch; at a few
-sentences that cost is most of the work. `fuse(model)` hands both, for a CPU model whose Linear
-layers are all `Int8Linear`, to C++ over the same weights (and, for the step, the same
-`DecoderCache`): `encode` and `decode_step` then take them, with the same results bit for bit.
-The PyTorch code stays the reference, and the tests compare the two.
+sentences that cost is most of the work. `fuse(model)`, for a CPU model whose Linear layers are
+all `Int8Linear`, returns a `FusedInt8Decoder`: the incremental-decoder interface beam search
+takes (model/search.py), with `encode` and `decode_step` in C++ over the same weights (and, for
+the step, the same `DecoderCache`), with the same results bit for bit. The model's PyTorch code
+stays the reference, and the tests compare the two.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from model.cpu.weights import Int8Linear
 from model.transformer import DecoderCache, Transformer
 
 
-class FusedInt8Model:
+class FusedInt8Decoder:
     """Transformer.encode and Transformer.decode_step of an int8 model, one C++ call each."""
 
     def __init__(self, model: Transformer):
         c, module = model.config, kernels.load()
+        self.model, self.config = model, c
 
         def norms(modules):
             eps = {n.eps for n in modules}
@@ -53,11 +55,19 @@ class FusedInt8Model:
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src (B, S) -> memory (B, S, D) and src_mask (B, 1, 1, S)."""
+        if src.size(1) > self.config.max_positions:
+            raise ValueError(f"source has {src.size(1)} tokens; the model accepts at most {self.config.max_positions}")
         memory, src_mask = self.encoder.forward(src)  # a list of two tensors from C++
         return memory, src_mask
 
+    def start_cache(self, memory: Tensor, src_mask: Tensor, group: int, capacity: int) -> DecoderCache:
+        """The model's own cache (its encoder-decoder keys and values in PyTorch, once a batch)."""
+        return self.model.start_cache(memory, src_mask, group, capacity)
+
     def decode_step(self, tokens: Tensor, cache: DecoderCache, need_weights: bool = False):
         """tokens (N,) -> logits (N, V) and, if asked, encoder-decoder attention (L, N, H, S)."""
+        if cache.length >= cache.capacity:
+            raise ValueError(f"decoder cache is full ({cache.capacity} positions)")
         cross_kv = [t for kv in cache.cross_kv for t in kv]
         logits, weights = self.decoder_step.forward(tokens, cache.length, cache.self_kv, cache.slot, cache.table,
                                                     cross_kv, cache.src_bias.view(cache.src_bias.size(0), -1),
@@ -77,10 +87,9 @@ def can_fuse(model: Transformer) -> bool:
             and not any(isinstance(m, nn.Linear) for m in model.modules()))
 
 
-def fuse(model: Transformer) -> Transformer:
-    """Let model.encode and model.decode_step run as one C++ call each (see the module docstring)."""
+def fuse(model: Transformer) -> FusedInt8Decoder:
+    """The model's encode and decode_step as one C++ call each (see the module docstring)."""
     if not can_fuse(model):
         raise ValueError("fused calls need an int8 model (quantize_linear_int8) on the CPU, the kernels built and a "
                          "head size their attention takes")
-    model.fused = FusedInt8Model(model)
-    return model
+    return FusedInt8Decoder(model)

@@ -49,8 +49,16 @@ class PrepackedLinear(nn.Module):
                 f"activation={self.activation}")
 
 
-def _identity(x: Tensor) -> Tensor:
-    return x
+class PrepackedFeedForward(nn.Module):
+    """PositionwiseFeedForward with both products prepacked and its ReLU or swish inside the first."""
+
+    def __init__(self, ffn: PositionwiseFeedForward):
+        super().__init__()
+        self.w1 = PrepackedLinear(ffn.w1, _FUSED_ACTIVATIONS[ffn.act])
+        self.w2 = PrepackedLinear(ffn.w2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w2(self.w1(x))
 
 
 def can_prepack_bf16(model: nn.Module) -> bool:
@@ -63,12 +71,13 @@ def can_prepack_bf16(model: nn.Module) -> bool:
 @torch.no_grad()
 def prepack_linear_bf16(model: nn.Module) -> nn.Module:
     """Replace every nn.Linear of a bfloat16 CPU model by a PrepackedLinear, in place; a
-    feed-forward's ReLU or swish moves into its first PrepackedLinear."""
+    feed-forward whose activation oneDNN applies becomes a PrepackedFeedForward."""
     if not can_prepack_bf16(model):
         raise ValueError("prepacking needs a bfloat16 model on a CPU with oneDNN bf16 support")
-    for ffn in [m for m in model.modules() if isinstance(m, PositionwiseFeedForward)]:
-        if ffn.act in _FUSED_ACTIVATIONS and isinstance(ffn.w1, nn.Linear):
-            ffn.w1, ffn.act = PrepackedLinear(ffn.w1, _FUSED_ACTIVATIONS[ffn.act]), _identity
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, PositionwiseFeedForward) and child.act in _FUSED_ACTIVATIONS:
+                setattr(module, name, PrepackedFeedForward(child))
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if isinstance(child, nn.Linear):
@@ -105,9 +114,11 @@ class Int8Linear(nn.Module):
     sentences in the service's batches. Scaling each row onto its own range also keeps more
     of its precision than one scale for a whole batch."""
 
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, linear: nn.Linear, kernel_module=None):
+        """kernel_module: the compiled kernels (kernels.load()), or None for the PyTorch twin."""
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.kernels = kernel_module
         self.q, self.scale, self.qsum = pack_int8(linear.weight)
         self.bias = None if linear.bias is None else linear.bias.detach().float().clone()
         self._q = None  # (N, K) q as floats, made for the PyTorch twin when it first runs
@@ -117,9 +128,8 @@ class Int8Linear(nn.Module):
 
     def product(self, rows: Tensor, relu: bool = False, path: str = "") -> Tensor:
         """(M, K) float32 -> (M, N); `path` picks one of kernels.load().int8_paths() (tests)."""
-        module = kernels.load()
-        if module is not None:
-            return module.int8_linear(rows.contiguous(), self.q, self.scale, self.qsum, self.bias, relu, path)
+        if self.kernels is not None:
+            return self.kernels.int8_linear(rows.contiguous(), self.q, self.scale, self.qsum, self.bias, relu, path)
         return self.twin(rows, 255, relu)
 
     def twin(self, rows: Tensor, levels: int, relu: bool = False) -> Tensor:
@@ -145,9 +155,11 @@ class Int8Linear(nn.Module):
 
 @torch.no_grad()
 def quantize_linear_int8(model: nn.Module) -> nn.Module:
-    """Replace every nn.Linear of a float32 CPU model by an Int8Linear, in place."""
+    """Replace every nn.Linear of a float32 CPU model by an Int8Linear, in place; they run on the
+    C++ kernels where those are built (decided now, once), else on the PyTorch twin."""
+    kernel_module = kernels.load()
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if isinstance(child, nn.Linear):
-                setattr(module, name, Int8Linear(child))
+                setattr(module, name, Int8Linear(child, kernel_module))
     return model

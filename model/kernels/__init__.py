@@ -28,6 +28,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from model import search, transformer  # the PyTorch references these kernels must match
+
 log = logging.getLogger(__name__)
 
 _HERE = Path(__file__).parent
@@ -173,3 +175,26 @@ def row_top(logits: Tensor, m: int, banned: tuple[int, ...]) -> tuple[Tensor, Te
     their columns; `banned` columns are never chosen but count in the normalisation."""
     values, indices = load().row_top(logits, m, list(banned))
     return values, indices
+
+
+# --- the operations decoding takes, with their references' contracts ----------------------------------
+
+def decoder_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool, dropout: float,
+                      rows: Tensor | None = None):
+    """transformer.attention, with the C++ kernel taking the calls it handles (a decoder step on the
+    CPU: a few queries per head, a bias over keys or none); the reference takes the rest. A model
+    built with it (Transformer(config, decoder_attention)) attends like the reference."""
+    if dropout == 0.0 and handles_attention(q, k, mask):
+        return attention(q, k, v, mask, need_weights, rows)
+    return transformer.attention(q, k, v, mask, need_weights, dropout, rows)
+
+
+def select(logits: Tensor, run_scores: Tensor, pool_scores: Tensor, pool_ref: Tensor, max_len: Tensor, t: int,
+           banned: tuple[int, ...], eos_id: int, length_penalty: float) -> tuple[search.Selection, bool, bool]:
+    """search.select (beam search's step after the decoder) in one C++ call (search.cpp) for logits
+    on the CPU; the reference for the rest."""
+    if handles_logits(logits):
+        out, any_done, in_place = load().beam_step(
+            logits, run_scores, pool_scores, pool_ref, max_len, t, list(banned), eos_id, length_penalty)
+        return search.Selection(*out), any_done, in_place
+    return search.select(logits, run_scores, pool_scores, pool_ref, max_len, t, banned, eos_id, length_penalty)

@@ -100,22 +100,6 @@ def test_int8_rows_are_independent_of_the_batch_and_close_to_float32(int8_kernel
                 assert (row - expected).norm() < 0.03 * expected.norm()
 
 
-def test_the_kernels_and_their_twin_agree():
-    from model import kernels as loader
-
-    torch.manual_seed(1)
-    linear = nn.Linear(40, 70)
-    x = torch.randn(2, 6, 40) * 3
-    module = loader.load()
-    assert module is not None
-    int8 = Int8Linear(linear, module)
-    with torch.inference_mode():
-        with_kernels = int8(x)
-        # the twin at the levels of the path this CPU runs (AVX2 quantizes to 7 bits)
-        twin = int8.twin(x.view(-1, 40), module.int8_levels(loader.int8_path())).view(2, 6, 70)
-    torch.testing.assert_close(with_kernels, twin, rtol=1e-5, atol=1e-5)
-
-
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.ao, for the comparison only
 def test_one_scale_per_batch_would_mix_rows_up():
     """Why Int8Linear scales rows: PyTorch's dynamic quantization gives a row another result

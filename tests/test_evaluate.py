@@ -43,3 +43,20 @@ def test_register_adds_eval_subcommand():
     args = parser.parse_args(["train", "--out", "r", "--time-budget", "5"])
     assert args.func is train.train_command and args.time_budget == 5 and args.threads is None
     assert parser.parse_args(["average", "--run", "r", "--out", "o"]).func is train.average_command
+
+
+def test_span_scores_count_what_came_back_and_what_the_model_wrote():
+    from model.results import Translation, TranslationResult
+
+    def result(text, inserted=()):
+        return TranslationResult([], [Translation(text, [], [], 0.0, 0.0, True, spans_inserted=list(inserted))])
+
+    sources = ["Open %s in {0}.", "No spans.", "Delete %d of %d files?"]
+    results = [result("Öffne %s in {0}."), result("Keine."), result("%d von %d Dateien löschen?", inserted=[1])]
+    s = evaluate.span_scores(sources, results)
+    assert (s["sentences_with_spans"], s["spans"]) == (2, 4)
+    assert s["spans_returned"] == 100.0 and s["sentences_returned"] == 100.0
+    assert s["spans_model"] == 50.0 and s["sentences_model"] == 50.0  # the repaired one counts as wrong
+    s = evaluate.span_scores(sources[:1], [result("Öffne in {0}.")])
+    assert s["spans_returned"] == 50.0 and s["sentences_returned"] == 0.0
+    assert evaluate.span_scores(["plain"], [result("schlicht")]) is None

@@ -14,10 +14,13 @@ import argparse
 import json
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
 
+from model import protect
+from model.results import TranslationResult
 from model.translator import Translator
 from training.corpus import read_lines
 
@@ -32,6 +35,33 @@ def score(hypotheses: list[str], references: list[str]) -> dict:
             "bleu_detail": str(b)}
 
 
+def span_scores(sources: list[str], results: list[TranslationResult]) -> dict | None:
+    """For sources with protected spans (placeholders, tags, URLs; model/protect.py): the share of
+    spans, and of sentences with all their spans, that the best hypothesis holds exactly (as many
+    times as the source), as returned (after the repair) and as the model wrote them (before it:
+    a repaired hypothesis counts as wrong). None when no source has a span."""
+    spans = [Counter(protect.spans(s)) for s in sources]
+    total = sum(sum(c.values()) for c in spans)
+    if not total:
+        return None
+    kept = {"returned": [0, 0], "model": [0, 0]}  # spans right, sentences all right
+    sentences = 0
+    for wanted, result in zip(spans, results):
+        if not wanted:
+            continue
+        sentences += 1
+        best = result.hypotheses[0]
+        found = Counter(protect.spans(best.text))
+        right = sum(min(n, found[span]) for span, n in wanted.items())
+        exact = all(found[span] == n for span, n in wanted.items())
+        for kind, ok in (("returned", True), ("model", not best.repaired)):
+            kept[kind][0] += right if ok else 0
+            kept[kind][1] += exact and ok
+    return {"sentences_with_spans": sentences, "spans": total,
+            **{f"spans_{kind}": round(100 * r / total, 2) for kind, (r, _) in kept.items()},
+            **{f"sentences_{kind}": round(100 * s / sentences, 2) for kind, (_, s) in kept.items()}}
+
+
 def evaluate_set(translator: Translator, sources: list[str], references: list[str], beam: int,
                  batch_tokens: int) -> tuple[dict, list[str]]:
     start = time.perf_counter()
@@ -40,6 +70,9 @@ def evaluate_set(translator: Translator, sources: list[str], references: list[st
     hyps = [r.hypotheses[0].text for r in results]
     row = {"beam": beam, "sentences": len(sources), **score(hyps, references),
            "seconds": round(seconds, 2), "sentences_per_s": round(len(sources) / seconds, 2)}
+    spans = span_scores(sources, results)
+    if spans:
+        row["protected_spans"] = spans
     return row, hyps
 
 
@@ -47,6 +80,16 @@ def markdown_table(rows: list[dict]) -> str:
     lines = ["| set | beam | sentences | BLEU | chrF | sent/s |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['set']} | {r['beam']} | {r['sentences']} | {r['bleu']:.2f} | {r['chrf']:.2f} | "
               f"{r['sentences_per_s']:.1f} |" for r in rows]
+    spans = [r for r in rows if "protected_spans" in r]
+    if spans:
+        lines += ["", "Protected spans (placeholders, tags, URLs) in the best hypothesis, exactly as in the source:", "",
+                  "| set | beam | sentences with spans | spans | spans back (returned) | sentences all back (returned) "
+                  "| spans back (model alone) | sentences all back (model alone) |", "|---|---|---|---|---|---|---|---|"]
+        for r in spans:
+            s = r["protected_spans"]
+            lines.append(f"| {r['set']} | {r['beam']} | {s['sentences_with_spans']} | {s['spans']} | "
+                         f"{s['spans_returned']:.2f}% | {s['sentences_returned']:.2f}% | {s['spans_model']:.2f}% | "
+                         f"{s['sentences_model']:.2f}% |")
     return "\n".join(lines)
 
 

@@ -1,5 +1,5 @@
-"""`nmt` subcommands that need only the model package: translate, import-marian, corpus, train,
-eval, langid. The console script (app/cli.py) adds `serve`."""
+"""`nmt` subcommands of the model package: translate, import-marian. The console script
+(app/cli.py) adds the offline tooling's (training/) and `serve`."""
 
 from __future__ import annotations
 
@@ -52,12 +52,10 @@ def register(subparsers) -> None:
                         "where native, else float32; int8: int8 Linear layers on the CPU")
     p.set_defaults(func=translate_command)
 
-    # the other commands live beside the code they drive
+    # the other model commands live beside the code they drive
     from model.convert import marian
-    from training import corpus, evaluate, langid, train
 
-    for module in (marian, corpus, train, evaluate, langid):
-        module.register(subparsers)
+    marian.register(subparsers)
 
 
 def build_parser():

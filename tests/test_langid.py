@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from model.cli import build_parser
+from app.cli import main
 from model.langid import LanguageIdentifier, Profile, build_profile, load_profiles, ngrams, save_profiles
 from tests.conftest import ENGLISH, GERMAN
 
@@ -77,10 +77,7 @@ def test_cli_builds_profiles_and_measures_accuracy(tmp_path, capsys):
         (tmp_path / f"train.{language}").write_text("\n".join(lines) + "\n")
         (tmp_path / f"held.{language}").write_text("\n".join(t for code, t in UNSEEN if code == language) + "\n")
     out = tmp_path / "langid.json"
-    parser, _ = build_parser()
-    args = parser.parse_args(["langid", "--data", str(tmp_path), "--langs", "en,de", "--out", str(out),
-                              "--test-sets", "held"])
-    args.func(args)
+    main(["langid", "--data", str(tmp_path), "--langs", "en,de", "--out", str(out), "--test-sets", "held"])
     assert sorted(load_profiles(out)) == ["de", "en"]
     table = capsys.readouterr().out
     assert "| all | 6 | 100.0% | 2 | 100.0% |" in table

@@ -540,3 +540,17 @@ def test_the_int8_translator_fuses_and_threads_share_the_fused_calls(int8_checkp
         t.join()
     for out in results.values():
         assert [r.hypotheses[0].token_ids for r in out] == [r.hypotheses[0].token_ids for r in fused]
+
+
+def test_operations_never_start_a_build(monkeypatch):
+    """Before load() has run, the operations take the PyTorch references: no g++ inside a decoder step."""
+    builds = []
+    monkeypatch.setattr(loader, "_build", lambda capability=None: builds.append(capability))
+    monkeypatch.setattr(loader, "_module", None)
+    monkeypatch.setattr(loader, "_tried", False)
+    q = torch.randn(2, 2, 1, 16)
+    with torch.inference_mode():
+        out, _ = loader.decoder_attention(q, q, q, None, False, 0.0)
+        expected, _ = attention(q, q, q, None, False, 0.0)
+        assert not loader.handles_logits(torch.zeros(2, 40))
+    assert torch.equal(out, expected) and builds == []

@@ -128,6 +128,12 @@ def available() -> bool:
     return load() is not None
 
 
+def loaded():
+    """The compiled module if load() has built or found it, else None. What the operations below
+    use: they never start a build (Translator.load, quantize_linear_int8 and fuse call load())."""
+    return _module
+
+
 def int8_path() -> str | None:
     """The int8 product path in use ("avx512_vnni", "avx2" or "scalar"; model/kernels/int8.cpp): the
     fastest this CPU runs, or the one the environment variable NMT_INT8_PATH names; None without
@@ -143,7 +149,7 @@ def handles_attention(q: Tensor, k: Tensor, mask: Tensor | None) -> bool:
     """Whether `attention` takes this call: inference on the CPU, kernels built, few queries per
     head (a decoder step's), head size 1, 2, 4, 8 or 16 vector registers, contiguous within a head,
     and no mask or a float bias over keys only (B, 1, 1, Tk)."""
-    module = load()
+    module = loaded()
     if module is None or q.device.type != "cpu" or torch.is_grad_enabled() or q.size(-2) > 16:
         return False
     if mask is not None and not (mask.is_floating_point() and mask.size(1) == 1 and mask.size(2) == 1):
@@ -156,7 +162,7 @@ def handles_attention(q: Tensor, k: Tensor, mask: Tensor | None) -> bool:
 def handles_logits(logits: Tensor) -> bool:
     """Whether `row_top` takes these (N, V) logits: CPU, rows contiguous, kernels built."""
     return (logits.device.type == "cpu" and logits.dtype in _STORAGE and logits.stride(-1) == 1
-            and not torch.is_grad_enabled() and available())
+            and not torch.is_grad_enabled() and loaded() is not None)
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, need_weights: bool, rows: Tensor | None = None):
@@ -166,14 +172,14 @@ def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, need_weights
     (B, H, Tq, Dh) in q's dtype and, if asked, the weights (B, H, Tq, Tk) in float32."""
     B, Tk = q.size(0), k.size(2)
     flat_bias = None if bias is None else bias.reshape(bias.size(0), Tk).expand(B, Tk)
-    out, weights = load().attention(q, k, v, flat_bias, need_weights, rows)
+    out, weights = loaded().attention(q, k, v, flat_bias, need_weights, rows)
     return out, (weights if need_weights else None)
 
 
 def row_top(logits: Tensor, m: int, banned: tuple[int, ...]) -> tuple[Tensor, Tensor]:
     """(N, V) logits -> the m best log_softmax values of each row (float32, best first) and
     their columns; `banned` columns are never chosen but count in the normalisation."""
-    values, indices = load().row_top(logits, m, list(banned))
+    values, indices = loaded().row_top(logits, m, list(banned))
     return values, indices
 
 
@@ -194,7 +200,7 @@ def select(logits: Tensor, run_scores: Tensor, pool_scores: Tensor, pool_ref: Te
     """search.select (beam search's step after the decoder) in one C++ call (search.cpp) for logits
     on the CPU; the reference for the rest."""
     if handles_logits(logits):
-        out, any_done, in_place = load().beam_step(
+        out, any_done, in_place = loaded().beam_step(
             logits, run_scores, pool_scores, pool_ref, max_len, t, list(banned), eos_id, length_penalty)
         return search.Selection(*out), any_done, in_place
     return search.select(logits, run_scores, pool_scores, pool_ref, max_len, t, banned, eos_id, length_penalty)

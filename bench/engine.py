@@ -472,7 +472,9 @@ def main(argv: list[str] | None = None) -> list[Row]:
 
     _, tok, _ = load_checkpoint(ckpt)
     c = tok.config
-    special = {c.pad_id, c.eos_id, c.unk_id, c.bos_id, c.decoder_start_id}
+    # sentinels of protected spans too: real text rarely holds them, and each would make the search
+    # keep attention for the repair
+    special = {c.pad_id, c.eos_id, c.unk_id, c.bos_id, c.decoder_start_id} | tok.sentinel_ids
     id_to_token = pieces(c.src_vocab_size, tok.source_pieces_by_id, tok.source_sp)
     tgt_token_to_id = {token: i for i, token in enumerate(pieces(c.tgt_vocab_size, tok.target_pieces_by_id,
                                                                  tok.target_sp))}

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from model import kernels  # noqa: E402
 from model.cpu.weights import PrepackedLinear, can_prepack_bf16  # noqa: E402
-from model.search import _rows_top  # noqa: E402
+from model.search import rows_top  # noqa: E402
 
 
 def per_call_us(fn, calls: int = 200, runs: int = 7) -> float:
@@ -79,7 +79,7 @@ def main() -> None:
     # candidates: the 2k best log-probs of each row
     logits = (torch.randn(N, V, generator=g) * 3).to(dt)
     row("candidate selection", lambda: kernels.row_top(logits, 2 * beams, (0,)),
-        lambda: _rows_top(logits, 2 * beams, (0,)), f"({N}, {V}) logits, top {2 * beams}; log_softmax + top-k")
+        lambda: rows_top(logits, 2 * beams, (0,)), f"({N}, {V}) logits, top {2 * beams}; log_softmax + top-k")
     if dt == torch.bfloat16 and can_prepack_bf16(torch.nn.Linear(1, 1).bfloat16()):
         for d_in, d_out in [(256, 768), (1024, 256), (256, V)]:
             linear = torch.nn.Linear(d_in, d_out).bfloat16()
@@ -104,18 +104,17 @@ def main() -> None:
 
 
 def int8_rows(row, N: int, T: int, S: int, V: int, beams: int, g: torch.Generator) -> None:
-    import copy
     import warnings
 
     from model.config import ModelConfig
     from model.cpu.fused import fuse
     from model.cpu.weights import Int8Linear, quantize_linear_int8
-    from model.search import _select, select
+    from model.search import select
     from model.transformer import Transformer
 
     for d_in, d_out in [(256, 768), (1024, 256), (256, V)]:
         linear = torch.nn.Linear(d_in, d_out)
-        ours = Int8Linear(linear)
+        ours = Int8Linear(linear, kernels.load())
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch.ao's deprecation notice
             fbgemm = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(linear), {torch.nn.Linear},
@@ -129,8 +128,9 @@ def int8_rows(row, N: int, T: int, S: int, V: int, beams: int, g: torch.Generato
     torch.manual_seed(0)
     config = ModelConfig(src_vocab_size=V, tgt_vocab_size=V, d_model=256, n_heads=8, d_ff=1024, encoder_layers=6,
                          decoder_layers=2, norm="pre", share_embeddings=True)
-    model = quantize_linear_int8(Transformer(config).eval())
-    fused = fuse(copy.copy(model))  # the same modules; only its encode and decode_step differ
+    # as Translator.load builds it: the decoder's attention through the kernel
+    model = quantize_linear_int8(Transformer(config, kernels.decoder_attention).eval())
+    fused = fuse(model)  # the same modules; only its encode and decode_step differ
     src = torch.randint(4, V, (N // beams, S), generator=g)
     with torch.inference_mode():
         memory, mask = model.encode(src)
@@ -149,7 +149,7 @@ def int8_rows(row, N: int, T: int, S: int, V: int, beams: int, g: torch.Generato
     logits = torch.randn(N, V, generator=g) * 3
     state = (torch.randn(N // beams, beams, generator=g), torch.full((N // beams, beams), float("-inf")),
              torch.zeros(N // beams, beams, dtype=torch.long), torch.full((N // beams,), 100), 5, (0,), 2, 1.0)
-    row("search step", lambda: select(logits, *state), lambda: _select(logits, *state),
+    row("search step", lambda: kernels.select(logits, *state), lambda: select(logits, *state),
         f"beam {beams}: candidates, pool, beams kept; PyTorch ops")
 
 

@@ -13,8 +13,8 @@ numbers them in a random order (`mask_pair`) so that every sentinel is seen, not
 few; at inference they are numbered left to right.
 
 `repair` fixes what the model got wrong: a sentinel it dropped goes back where the
-cross-attention points, before the target token whose attention row weighs the sentinel's
-source position most; a repeated one is kept once (where the attention is highest); one that
+cross-attention points, before the target word whose first token's attention row weighs the
+sentinel's source position most; a repeated one is kept once (where the attention is highest); one that
 is not in the source is removed.
 """
 
@@ -190,8 +190,10 @@ def repair(source_pieces: list[str], target_pieces: list[str], attention: np.nda
         extra = ts if k not in source_pos else [t for t in ts if t != max(ts, key=lambda t: weight(t, k))]
         drop.update(extra)
         result.removed += [k] * len(extra)
-    # a missing sentinel goes before the piece whose step attended to it most
-    free = [t for t in range(len(target_pieces)) if t not in drop and sentinel_index(target_pieces[t]) is None]
+    # a missing sentinel goes before the word whose first piece's step attended to it most (only
+    # before a word: inside one it would split it, and a span glued to letters reads as another)
+    free = [t for t in range(len(target_pieces)) if t not in drop and target_pieces[t].startswith("▁")
+            and sentinel_index(target_pieces[t]) is None]
     inserts: dict[int, list[int]] = {}
     for k in sorted(source_pos, key=source_pos.get):
         if k in occurrences:
@@ -201,7 +203,7 @@ def repair(source_pieces: list[str], target_pieces: list[str], attention: np.nda
         result.inserted.append(k)
     for t in range(len(target_pieces) + 1):
         for k in inserts.get(t, []):
-            result.pieces.append(("▁" if spaced[k] else "") + sentinel(k))
+            result.pieces += ["▁", sentinel(k)] if spaced[k] else [sentinel(k)]
         if t < len(target_pieces) and t not in drop:
             result.pieces.append(target_pieces[t])
     return result

@@ -68,7 +68,15 @@ def test_repair_inserts_a_dropped_span_where_attention_points():
     # the step that emitted "▁jetzt" (row 1) looked at the sentinel (column 2)
     att = _attention([[0.9, 0, 0.05, 0.05, 0], [0.1, 0, 0.8, 0.1, 0], [0, 0, 0, 0, 1]])
     fixed = repair(source, target[:2], att)
-    assert fixed.pieces == ["▁Öffne", "▁" + S[0], "▁jetzt"] and fixed.inserted == [0] and not fixed.removed
+    assert fixed.pieces == ["▁Öffne", "▁", S[0], "▁jetzt"] and fixed.inserted == [0] and not fixed.removed
+
+
+def test_repair_puts_a_span_between_words_not_inside_one():
+    source = ["▁You", "▁use", ":", "▁", S[0], "</s>"]
+    target = ["▁Sie", "▁ben", "utzen", "."]
+    # the step that emitted "utzen" (inside a word) attends most to the sentinel: the word start wins
+    att = _attention([[0.9, 0, 0, 0, 0.1, 0], [0.5, 0, 0, 0, 0.3, 0], [0, 0, 0, 0, 0.9, 0.1], [0, 0, 0, 0, 0, 1]])
+    assert repair(source, target, att).pieces == ["▁Sie", "▁", S[0], "▁ben", "utzen", "."]
 
 
 def test_repair_keeps_one_of_a_repeated_span_and_drops_unknown_ones():

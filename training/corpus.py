@@ -295,36 +295,33 @@ def download_packages(names: list[str], cache_dir: Path) -> dict[str, Path]:
     return files
 
 
-def fetch_packages(names: list[str], cache_dir: Path) -> dict[str, Path]:
-    """Download and unpack whole packages; return name -> extracted dir."""
+def fetch_packages(names: list[str], cache_dir: Path, catalogs_only: bool = False) -> dict[str, Path]:
+    """Download and unpack packages (with catalogs_only, only their German catalogs, which is all
+    the ``catalogs`` source reads of large game and data packages); return name -> extracted dir."""
+    folder, unpack = ("catalogs", _unpack_catalogs) if catalogs_only else ("extract", _unpack_all)
     out = {}
-    for name, deb in progress(list(download_packages(names, cache_dir).items()), "extracting .debs"):
-        dest = cache_dir / "extract" / deb.stem
+    for name, deb in progress(list(download_packages(names, cache_dir).items()), f"unpacking .debs ({folder})"):
+        dest = cache_dir / folder / deb.stem
         if not (dest / ".done").exists():
             dest.mkdir(parents=True, exist_ok=True)
-            run(["dpkg-deb", "-x", str(deb), str(dest)])
+            unpack(deb, dest)
             (dest / ".done").touch()
         out[name] = dest
     return out
 
 
-def fetch_catalogs(names: list[str], cache_dir: Path) -> dict[str, Path]:
-    """Download packages and unpack only their German catalogs; return name -> extracted dir."""
-    out = {}
-    for name, deb in progress(list(download_packages(names, cache_dir).items()), "catalog .debs"):
-        dest = cache_dir / "catalogs" / deb.stem
-        if not (dest / ".done").exists():
-            dest.mkdir(parents=True, exist_ok=True)
-            with subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE) as proc, \
-                    tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
-                for member in tar:
-                    if member.isfile() and CATALOG_MEMBER_RE.search(member.name) and ".." not in member.name:
-                        target = dest / member.name.removeprefix("./")
-                        target.parent.mkdir(parents=True, exist_ok=True)
-                        target.write_bytes(tar.extractfile(member).read())
-            (dest / ".done").touch()
-        out[name] = dest
-    return out
+def _unpack_all(deb: Path, dest: Path) -> None:
+    run(["dpkg-deb", "-x", str(deb), str(dest)])
+
+
+def _unpack_catalogs(deb: Path, dest: Path) -> None:
+    with subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE) as proc, \
+            tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+        for member in tar:
+            if member.isfile() and CATALOG_MEMBER_RE.search(member.name) and ".." not in member.name:
+                target = dest / member.name.removeprefix("./")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(tar.extractfile(member).read())
 
 
 def catalog_packages() -> list[str]:
@@ -797,7 +794,7 @@ def raw_pairs(sources: list[str], cache_dir: Path) -> Iterator[tuple[str, str, s
     if "ding" in sources:
         names += DING_PACKAGES
     pkgs = fetch_packages(list(dict.fromkeys(names)), cache_dir) if names else {}
-    catalogs = fetch_catalogs(catalog_packages(), cache_dir) if "catalogs" in sources else {}
+    catalogs = fetch_packages(catalog_packages(), cache_dir, catalogs_only=True) if "catalogs" in sources else {}
     for src in ALL_SOURCES:
         if src not in sources:
             continue

@@ -1,7 +1,7 @@
 """The `nmt` console script: the model commands (model/cli.py), the offline tooling's (training/:
-corpus, train, eval, langid) and `serve`.
+corpus, train, eval, langid), `serve` and `keys`.
 
-`nmt serve` parses its own options without loading the other commands: the server process never
+`nmt serve` and `nmt keys` parse their own options without loading the other commands: the server process never
 imports torch (the worker processes do), and the training commands would bring it in."""
 
 from __future__ import annotations
@@ -29,6 +29,12 @@ def main(argv: list[str] | None = None) -> None:
         parser = argparse.ArgumentParser(prog="nmt serve", description="serve the HTTP API")
         add_serve_options(parser)
         argv = argv[1:]
+    elif argv[:1] == ["keys"]:
+        from app.keys import add_keys_options
+
+        parser = argparse.ArgumentParser(prog="nmt keys", description="manage the API keys and their limits")
+        add_keys_options(parser)
+        argv = argv[1:]
     else:
         from model.cli import build_parser
         from training import corpus, evaluate, langid, train
@@ -37,6 +43,9 @@ def main(argv: list[str] | None = None) -> None:
         for module in (corpus, train, evaluate, langid):  # the offline tooling's commands
             module.register(subparsers)
         add_serve_options(subparsers.add_parser("serve", help="serve the HTTP API (default: the shipped en-de model)"))
+        from app.keys import add_keys_options
+
+        add_keys_options(subparsers.add_parser("keys", help="manage the API keys and their limits (NMT_KEYS_DB)"))
     args = parser.parse_args(argv)
     try:
         args.func(args)

@@ -18,12 +18,14 @@ log = logging.getLogger("uvicorn.error")
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, headers: dict | None = None):
         super().__init__(message)
-        self.status, self.message = status, message
+        self.status, self.message, self.headers = status, message, headers
 
 
 def error_response(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+    # a message quoting the input may quote a lone surrogate, which UTF-8 cannot encode: escape it
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
@@ -84,7 +86,7 @@ def body_fields(request: Request) -> list[str] | None:
 def install(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError):
-        return error_response(exc.status, exc.message)
+        return error_response(exc.status, exc.message, exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError):

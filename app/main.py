@@ -8,15 +8,17 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from app import errors, ui
+from app.body_limit import BodyLimit
 from app.metrics import MetricsMiddleware
-from app.routers import alignments, health, libretranslate, models, translate
+from app.routers import alignments, files, health, libretranslate, models, translate
 from app.service import Service
 from app.settings import Settings
 
 DESCRIPTION = """Neural machine translation with dynamic cross-request batching.
 
 * `/v1/*`: the native API (n-best, alignments, attention).
-* `/translate`, `/languages`: LibreTranslate-compatible.
+* `/translate`, `/detect`, `/languages`, `/translate_file`, `/download_file`, `/frontend/settings`, `/suggest`,
+  `/spec`: LibreTranslate-compatible.
 * Every error is `{"error": "<message>"}`.
 * `/`: the attention viewer.
 """
@@ -56,8 +58,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["*"])
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, max_file_bytes=settings.max_file_bytes)
     app.add_middleware(MetricsMiddleware, metrics=service.metrics)
-    for module in (translate, alignments, models, libretranslate, health):
+    for module in (translate, alignments, models, libretranslate, files, health):
         app.include_router(module.router)
     app.include_router(ui.router)  # the attention viewer: / and /static/* (app/ui.py)
     app.openapi = _openapi_without_422(app)

@@ -1,13 +1,8 @@
 """Split HTML and plain text into the pieces the model translates, and put translations back.
 
 Every split returns (between, pieces) with len(between) == len(pieces) + 1: the pieces to
-translate, and what lies before, between and after them, kept as written. `interleave` puts them
-back together, so interleave(*split_sentences(text)) == text; `join_html` does the same for HTML,
-escaping the (translated) text.
-
-The model was trained on single sentences and has a token limit, so a paragraph is translated
-sentence by sentence. Text that has no letter (numbers, punctuation, emoji, whitespace) is never
-translated.
+translate, and what lies before, between and after them, kept as written, as sentences do
+(model/sentences.py); `join_html` puts HTML back together, escaping the (translated) text.
 
 `split_document` is what the LibreTranslate route uses: with a model that has sentinels for
 protected spans (model/protect.py), a document's placeholders, URLs and, in HTML, its inline tags
@@ -23,6 +18,7 @@ from html import escape, unescape
 from html.parser import HTMLParser
 
 from model import protect
+from model.sentences import interleave, split_sentences, translatable
 
 # Their content is code or preformatted: never translated (nor anything inside them).
 KEPT_ELEMENTS = {"script", "style", "code", "pre", "textarea"}
@@ -31,79 +27,6 @@ VOID_ELEMENTS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "li
 # Elements inside a sentence: with sentinels their tags travel through the model with the text.
 INLINE_ELEMENTS = {"a", "abbr", "b", "bdi", "bdo", "cite", "data", "del", "dfn", "em", "font", "i", "ins", "mark",
                    "q", "s", "small", "span", "strong", "sub", "sup", "time", "u"}
-
-_OPENERS = "\"'“‘„«‹(["
-_CLOSERS = "\"'”’»›)]"
-_TERMINATOR = re.compile(f"([.!?…]+)[{re.escape(_CLOSERS)}]*$")
-# Words that end with a period without ending the sentence (lower case, period left out). Words
-# with an inner period (e.g., i.e., U.S.) and single letters (initials) are recognised by shape.
-_ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "vs", "etc", "cf", "approx", "ca", "al",
-                  "inc", "ltd", "co", "corp", "dept", "gen", "gov", "sen", "rep", "rev", "sgt", "lt", "col",
-                  "capt", "mt", "ave", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct",
-                  "nov", "dec"}
-_NUMBER_ABBREVIATIONS = {"no", "nos", "nr", "art", "fig", "vol", "ch", "sec"}  # only before a number: "No. 5"
-
-
-def translatable(text: str) -> bool:
-    return any(c.isalpha() for c in text)
-
-
-def interleave(between: list[str], pieces: list[str]) -> str:
-    assert len(between) == len(pieces) + 1, (len(between), len(pieces))
-    return between[0] + "".join(piece + after for piece, after in zip(pieces, between[1:]))
-
-
-# --- sentences --------------------------------------------------------------------------------
-
-def _ends_sentence(sentence: str, next_char: str) -> bool:
-    """Whether a sentence ends with `sentence` (no trailing whitespace) when whitespace and
-    `next_char` follow. Conservative: a missed split only makes one longer input."""
-    end = _TERMINATOR.search(sentence)
-    if not end or not translatable(sentence):  # "1. First item" is not a sentence of its own
-        return False
-    if not (next_char.isupper() or next_char.isdigit() or next_char in _OPENERS):
-        return False
-    if end.group(1) != ".":  # !, ?, …, ..., ?!
-        return True
-    words = sentence[:end.start()].split()
-    word = words[-1].lstrip(_OPENERS).lower() if words else ""
-    if (len(word) == 1 and word.isalpha()) or "." in word or word in _ABBREVIATIONS:
-        return False
-    return not (word in _NUMBER_ABBREVIATIONS and next_char.isdigit())
-
-
-def split_sentences(text: str) -> tuple[list[str], list[str]]:
-    """(between, sentences): the sentences of `text`, without surrounding whitespace, and the
-    whitespace between them. A sentence ends after . ! ? or … (and closing quotes or brackets)
-    followed by whitespace and an upper-case letter, a digit or an opening quote, unless the word
-    before the period is an abbreviation, an initial or a number's label ("No. 5"); a line break
-    always ends one. Pieces without a letter stay in `between`, untranslated."""
-    between, sentences = [""], []
-
-    def add(piece: str, space: str) -> None:
-        if translatable(piece):
-            sentences.append(piece)
-            between.append(space)
-        else:
-            between[-1] += piece + space
-
-    start = 0
-    for gap in re.finditer(r"\s+", text):
-        if gap.start() == 0:
-            between[0] = gap.group()
-            start = gap.end()
-        elif gap.end() < len(text) and ("\n" in gap.group() or
-                                        _ends_sentence(text[start:gap.start()], text[gap.end()])):
-            add(text[start:gap.start()], gap.group())
-            start = gap.end()
-    rest = text[start:]
-    body = rest.rstrip()
-    if body:
-        add(body, rest[len(body):])
-    else:
-        between[-1] += rest
-    return between, sentences
-
 
 # --- HTML -------------------------------------------------------------------------------------
 

@@ -43,6 +43,11 @@ class Metrics:
         self.workers_alive = Gauge("nmt_workers_alive", "Workers able to take a batch.", registry=r)
         self.worker_restarts = Gauge("nmt_worker_restarts", "Worker replacements after a death or hang.",
                                      registry=r)
+        self.rate_limited = Counter("nmt_rate_limited", "Calls refused with 429 for a client's requests per minute "
+                                    "(NMT_REQ_LIMIT, a key's req_limit).", registry=r)
+        self.files = Counter("nmt_translated_files", "Files translated, by extension.", ["extension"], registry=r)
+        self.file_bytes = Gauge("nmt_translated_file_bytes", "Bytes of translated files waiting to be downloaded.",
+                                registry=r)
         self.alignments = Gauge("nmt_alignments_stored", "Alignments in the store.", registry=r)
         self.alignment_bytes = Gauge("nmt_alignment_bytes", "Bytes of stored attention.", registry=r)
 

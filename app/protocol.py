@@ -209,6 +209,51 @@ class LTTranslateRequest(BaseModel):
     api_key: str | None = Field(None, description="API key, when the server requires one.", examples=[None])
 
 
+class LTTranslateFileResponse(BaseModel):
+    translatedFileUrl: str = Field(description="Where to download the translated file (GET; it expires after "
+                                   "NMT_FILE_TTL_S).",
+                                   examples=["http://localhost:8000/download_file/5f0c9e1a2b3c4d5e6f708192a3b4c5d6."
+                                             "guide_de.docx"])
+
+
+class LTSuggestRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    q: str = Field(description="The original text.", examples=["Hello world."])
+    s: str = Field(description="The translation suggested for it.", examples=["Hallo Welt."])
+    source: str = Field(description="Language code of q.", examples=["en"], max_length=32)
+    target: str = Field(description="Language code of s.", examples=["de"], max_length=32)
+    api_key: str | None = Field(None, description="API key, when the server requires one.", examples=[None])
+
+
+class LTSuggestResponse(BaseModel):
+    success: bool = Field(description="The suggestion was stored.", examples=[True])
+
+
+class LTLanguageRef(BaseModel):
+    code: str = Field(description="Language code ('auto' for detection).", examples=["auto"])
+    name: str = Field(description="English name.", examples=["Auto Detect"])
+
+
+class LTFrontendLanguages(BaseModel):
+    source: LTLanguageRef = Field(description="The source a front end starts with.")
+    target: LTLanguageRef = Field(description="The target a front end starts with.")
+
+
+class LTFrontendSettings(BaseModel):
+    charLimit: int = Field(description="Characters per text for a client without a key of its own "
+                           "(NMT_CHAR_LIMIT, else NMT_MAX_CHARS).", examples=[5000])
+    frontendTimeout: int = Field(description="Milliseconds a front end waits after typing before it translates.",
+                                 examples=[500])
+    apiKeys: bool = Field(description="The server knows API keys (NMT_API_KEYS or NMT_KEYS_DB).", examples=[False])
+    keyRequired: bool = Field(description="Every call needs a key.", examples=[False])
+    suggestions: bool = Field(description="POST /suggest is on.", examples=[False])
+    filesTranslation: bool = Field(description="POST /translate_file is on.", examples=[True])
+    supportedFilesFormat: list[str] = Field(description="File extensions /translate_file takes.",
+                                            examples=[[".txt", ".po", ".docx"]])
+    language: LTFrontendLanguages = Field(description="Default languages of a front end.")
+
+
 class LTDetectRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 

@@ -50,7 +50,8 @@ class ServedModel:
         return self.tokenizer.has_sentinels
 
     def mask(self, text: str) -> protect.Masked:
-        """The text as the model reads it: its protected spans as sentinels (when it has them)."""
+        """The text as the model reads it: its protected spans as sentinels (when it has them). The
+        service cleaned it already (Service.accept_texts); the worker's Translator does the same."""
         return protect.mask(text) if self.protects_spans else protect.Masked(text)
 
     def encode(self, masked_text: str) -> list[int]:

@@ -1,7 +1,7 @@
 """What the routes share: the served models, the scheduler, the workers, the alignment store.
 
 A route validates its body, tokenizes with `encode` (which counts tokens against the model's
-limit; the LibreTranslate route, which goes sentence by sentence, uses its two halves `check_texts`
+limit; the LibreTranslate route, which goes sentence by sentence, uses its two halves `accept_texts`
 and `encode_text`), then `translate` enqueues one Job and waits for it, up to the request's
 deadline or the client's disconnect, whichever comes first; both drop the job's queued items.
 """
@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import glob
+import hashlib
 import hmac
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -19,13 +21,18 @@ from dataclasses import dataclass
 from starlette.requests import Request
 
 from app.alignments import AlignmentStore
+from app.blobs import BlobStore
 from app.errors import ApiError
+from app.keys import ApiKey, KeyStore
+from app.limits import MemoryCounters, RateLimiter
 from app.metrics import Metrics
 from app.registry import Registry, ServedModel
 from app.scheduler import BatchKey, QueueFull, Scheduler, ShuttingDown
 from app.settings import Settings
+from app.suggestions import SuggestionStore
 from app.worker import WorkerError, WorkerPool
 from model import protect
+from model.clean import clean_text, lone_surrogate
 from model.results import TranslationResult
 
 log = logging.getLogger("uvicorn.error")  # uvicorn configures this one; it is its server log
@@ -65,6 +72,10 @@ class Service:
         self.metrics = Metrics()
         self.store = AlignmentStore(settings.alignment_max_items, settings.alignment_max_bytes,
                                     settings.alignment_ttl_s)
+        self.keys = KeyStore(settings.keys_db)
+        self.suggestions = SuggestionStore(settings.suggestions_db)
+        self.files = BlobStore(settings.file_store_bytes, settings.file_ttl_s)
+        self.limiter = RateLimiter(MemoryCounters())
         self.registry: Registry | None = None
         self.pool: WorkerPool | None = None
         self.scheduler: Scheduler | None = None
@@ -91,6 +102,7 @@ class Service:
         m.worker_restarts.set_function(lambda: sum(w.restarts for w in self.pool.workers))
         m.alignments.set_function(lambda: len(self.store))
         m.alignment_bytes.set_function(lambda: self.store.bytes)
+        m.file_bytes.set_function(lambda: self.files.bytes)
         self.pool.start()
         self.scheduler.start()
         self.started = True
@@ -119,14 +131,37 @@ class Service:
             return False, "models not loaded yet"
         return self.pool.status()
 
-    def check_api_key(self, key: str | None) -> None:
-        keys = self.settings.api_keys
-        if not keys:
-            return
-        if not key:
+    def client_address(self, request: Request) -> str:
+        if self.settings.trust_forwarded_for and request.headers.get("x-forwarded-for"):
+            return request.headers["x-forwarded-for"].split(",")[0].strip()
+        return request.client.host if request.client else "unknown"
+
+    def admit(self, request: Request, key: str | None, cost: int = 1) -> int:
+        """Check the API key and count the call against its client's requests per minute
+        (app/limits.py): a 403 for a wrong or missing key, a 429 past the limit. Returns the
+        characters a text of this call may have."""
+        s = self.settings
+        api_key = None
+        if key:
+            encoded = key.encode("utf-8", "surrogatepass")
+            if any(hmac.compare_digest(encoded, k.encode()) for k in s.api_keys):
+                api_key = ApiKey(key, 0, None)
+            else:
+                api_key = self.keys.lookup(key)
+            if api_key is None:
+                raise ApiError(403, "Invalid API key")
+        elif s.require_api_key or s.api_keys:
             raise ApiError(403, "an API key is required: pass api_key in the body or an X-API-Key header")
-        if not any(hmac.compare_digest(key.encode(), k.encode()) for k in keys):
-            raise ApiError(403, "Invalid API key")
+        if api_key:
+            client, limit = "key:" + hashlib.sha256(encoded).hexdigest()[:32], api_key.req_limit
+        else:
+            client, limit = "address:" + self.client_address(request), s.req_limit
+        retry_after = self.limiter.admit(client, limit, cost)
+        if retry_after is not None:
+            self.metrics.rate_limited.inc()
+            raise ApiError(429, f"Slowdown: {limit} per 1 minute", {"Retry-After": str(math.ceil(retry_after))})
+        char_limit = (api_key.char_limit if api_key and api_key.char_limit else s.char_limit) or s.max_chars
+        return min(char_limit, s.max_chars)
 
     def resolve(self, source: str, target: str, text: str = "") -> tuple[ServedModel, float | None]:
         """The model, and with source 'auto' the confidence of the language chosen (see Registry.resolve;
@@ -136,31 +171,44 @@ class Service:
         except ValueError as e:
             raise ApiError(400, str(e)) from None
 
-    async def detect(self, texts: list[str], field: str) -> list[list[tuple[str, float]]]:
+    async def detect(self, texts: list[str], field: str, char_limit: int | None = None) -> list[list[tuple[str, float]]]:
         """Each text's served languages with confidences, best first ([] for a text without letters);
-        a 400 when no served model has language profiles or check_texts refuses a text."""
+        a 400 when no served model has language profiles or accept_texts refuses a text."""
         identifier = self.registry.identifier
         if identifier is None:
             raise ApiError(400, "language detection is not available for the served models: their directories "
                            "have no language profiles (langid.json, built by nmt langid) for two or more of "
                            "their languages")
-        self.check_texts(texts, field)
+        texts = self.accept_texts(texts, field, char_limit=char_limit)
         # up to max_items x max_chars of pure Python: off the event loop, so batching keeps its timing
         return await asyncio.to_thread(lambda: [identifier.detect(text) for text in texts])
 
-    def check_texts(self, texts: list[str], field: str, allow_blank: bool = False) -> None:
-        """A 400 naming the text and the limit it breaks: too many texts, a blank or too long one."""
+    def accept_texts(self, texts: list[str], field: str, allow_blank: bool = False,
+                     char_limit: int | None = None) -> list[str]:
+        """The texts as the model will read them (control and bidi-control characters removed,
+        model/clean.py), or a 400 naming the text and what it breaks: too many texts, a lone
+        surrogate, a blank one, or one longer than `char_limit` (default NMT_MAX_CHARS; `admit`
+        gives the caller's)."""
         s = self.settings
+        char_limit = char_limit or s.max_chars
         if not texts:
             raise ApiError(400, f"{field}: give at least one text")
         if len(texts) > s.max_items:
             raise ApiError(400, f"{field}: {len(texts)} texts; at most {s.max_items} per request")
+        cleaned = []
         for i, text in enumerate(texts):
-            if not allow_blank and not text.strip():
-                raise ApiError(400, f"{item_name(field, i, len(texts))} is empty")
-            if len(text) > s.max_chars:
-                raise ApiError(400, f"{item_name(field, i, len(texts))} has {len(text)} characters; "
-                               f"at most {s.max_chars}")
+            name = item_name(field, i, len(texts))
+            if len(text) > char_limit:
+                raise ApiError(400, f"{name} has {len(text)} characters; at most {char_limit}")
+            at = lone_surrogate(text)
+            if at is not None:
+                raise ApiError(400, f"{name} holds a lone surrogate (U+{ord(text[at]):04X}) at character {at}, "
+                               "which is not valid Unicode: send UTF-8 text")
+            readable = clean_text(text)
+            if not allow_blank and not readable.strip():
+                raise ApiError(400, f"{name} is empty" + (" once control characters are removed" if text.strip() else ""))
+            cleaned.append(readable)
+        return cleaned
 
     def encode_text(self, model: ServedModel, text: str, name: str) -> list[int]:
         """Token ids of one masked text, or a 400 naming it (`name`) and the model's limit (never truncated)."""
@@ -170,14 +218,17 @@ class Service:
                            f"accepts at most {model.max_source_tokens}: split the text")
         return ids
 
-    def encode(self, model: ServedModel, texts: list[str], field: str) -> tuple[list[protect.Masked], list[list[int]]]:
+    def encode(self, model: ServedModel, texts: list[str], field: str,
+               char_limit: int | None = None) -> tuple[list[protect.Masked], list[list[int]]]:
         """Each text masked (its protected spans as sentinels) and its token ids, each translated as
-        one sequence; a 400 when check_texts or the model's token limit refuses one."""
-        self.check_texts(texts, field)
+        one sequence; a 400 when accept_texts or the model's token limit refuses one."""
+        texts = self.accept_texts(texts, field, char_limit=char_limit)
         masked = [model.mask(text) for text in texts]
         return masked, [self.encode_text(model, m.text, item_name(field, i, len(texts))) for i, m in enumerate(masked)]
 
-    async def translate(self, request: Request, key: BatchKey, sources: list[list[int]]) -> Outcome:
+    async def translate(self, request: Request, key: BatchKey, sources: list[list[int]],
+                        timeout_s: float | None = None) -> Outcome:
+        """Translate `sources` as one job, within `timeout_s` (default NMT_REQUEST_TIMEOUT_S)."""
         try:
             job = self.scheduler.submit(key, sources)
         except QueueFull as e:
@@ -185,7 +236,8 @@ class Service:
         except ShuttingDown as e:
             raise ApiError(503, str(e)) from None
         gone = asyncio.create_task(_client_gone(request))
-        timeout = self.settings.request_timeout_s - (time.monotonic() - job.arrived)
+        timeout_s = timeout_s or self.settings.request_timeout_s
+        timeout = timeout_s - (time.monotonic() - job.arrived)
         try:
             done, _ = await asyncio.wait({job.future, gone}, timeout=timeout,
                                          return_when=asyncio.FIRST_COMPLETED)
@@ -195,8 +247,9 @@ class Service:
             self.scheduler.cancel(job)
             if gone in done:
                 raise ApiError(499, "client disconnected")  # nobody reads it; recorded in metrics
-            raise ApiError(504, f"translation did not finish within {self.settings.request_timeout_s:g} s "
-                           "(NMT_REQUEST_TIMEOUT_S); retry, or send fewer or shorter texts")
+            raise ApiError(504, f"translation did not finish within {timeout_s:g} s "
+                           "(NMT_REQUEST_TIMEOUT_S, NMT_FILE_TIMEOUT_S for files); retry, or send fewer or shorter "
+                           "texts")
         try:
             results = job.future.result()
         except (WorkerError, ShuttingDown) as e:

@@ -46,6 +46,10 @@ class Settings(BaseSettings):
     max_items: int = Field(64, ge=1, description="Most texts in one request.")
     max_chars: int = Field(5000, ge=1, description="Most characters in one text (the model's token limit applies "
                            "too).")
+    max_body_bytes: int = Field(4 * 2**20, ge=1024, description="Largest request body in bytes, refused with 413 "
+                                "while it is read (64 texts of 5,000 characters fit even with every character "
+                                "JSON-escaped).")
+    max_file_bytes: int = Field(20 * 2**20, ge=1024, description="Largest body of POST /translate_file in bytes.")
     max_segments: int = Field(1024, ge=1, description="Most sentences (and HTML text runs) one LibreTranslate "
                               "request may split into; all of them are queued as one job.")
     max_queue_items: int = Field(4096, ge=1, description="Most items waiting for a worker; beyond it requests get "
@@ -56,8 +60,26 @@ class Settings(BaseSettings):
     alignment_max_bytes: int = Field(256 * 2**20, ge=0, description="Most bytes of stored attention arrays.")
     alignment_ttl_s: float = Field(3600.0, gt=0, description="Seconds a stored alignment lives.")
     cors_origins: CommaList = Field([], description="Origins allowed by CORS ('*' for any); empty: CORS off.")
-    api_keys: CommaList = Field([], description="When set, every translate call needs one of these keys (body "
-                                "'api_key' or header 'X-API-Key').")
+    api_keys: CommaList = Field([], description="Keys without limits, given here: when set, every call needs a "
+                                "key (body 'api_key' or header 'X-API-Key'), one of these or one of NMT_KEYS_DB.")
+    keys_db: str = Field("db/api_keys.db", description="SQLite file of the API keys with limits, managed with "
+                         "`nmt keys add|list|remove` (while the server runs); a missing file holds no keys.")
+    require_api_key: bool = Field(False, description="Every call needs a valid key (implied by NMT_API_KEYS).")
+    req_limit: int = Field(0, ge=0, description="Requests per minute a client without a key may make, counted per "
+                           "address (a list of texts counts one per text); 0: no limit. A key's req_limit "
+                           "replaces it.")
+    char_limit: int = Field(0, ge=0, description="Characters per text for clients without a key's own char_limit; "
+                            "0: NMT_MAX_CHARS. Never above NMT_MAX_CHARS.")
+    trust_forwarded_for: bool = Field(False, description="Count limits by the first X-Forwarded-For address (set "
+                                      "it behind a proxy that writes that header, and only then).")
+    suggestions: bool = Field(False, description="Accept POST /suggest (stored in NMT_SUGGESTIONS_DB).")
+    suggestions_db: str = Field("db/suggestions.db", description="SQLite file of the suggestions.")
+    files_translation: bool = Field(True, description="Offer POST /translate_file.")
+    file_ttl_s: float = Field(1800.0, gt=0, description="Seconds a translated file can be downloaded.")
+    file_store_bytes: int = Field(256 * 2**20, ge=0, description="Most bytes of translated files kept at once (the "
+                                  "oldest go first).")
+    max_file_chars: int = Field(200_000, ge=1, description="Most characters of text in one file to translate.")
+    file_timeout_s: float = Field(600.0, gt=0, description="Deadline of one file translation; past it, 504.")
     host: str = Field("127.0.0.1", description="Bind address of `nmt serve`.")
     port: int = Field(8000, ge=0, le=65535, description="Port of `nmt serve`.")
     worker_start_timeout_s: float = Field(600.0, gt=0, description="Longest a worker may take to load its models.")

@@ -7,36 +7,72 @@ import argparse
 import sys
 
 
+def read_lines(stream) -> list[str]:
+    """The lines of a byte stream, decoded strictly: a line that is not UTF-8 stops the run with
+    its number, before anything is translated."""
+    lines = []
+    for number, raw in enumerate(stream, 1):
+        try:
+            lines.append(raw.decode("utf-8").rstrip("\r\n"))
+        except UnicodeDecodeError as e:
+            raise SystemExit(f"nmt translate: line {number} is not valid UTF-8 (byte 0x{raw[e.start]:02X} at "
+                             f"offset {e.start})") from None
+    return lines
+
+
+def split_lines(translator, lines: list[str]) -> tuple[list[tuple[list[str], list[str]]], list[str]]:
+    """Each line cut into its sentences, as /translate cuts a text (model/sentences.py): (between,
+    sentences) per line, and all sentences in order. A sentence longer than the model accepts stops
+    the run with its line number: nothing is truncated."""
+    from model.sentences import split_sentences
+
+    cut, sentences = [], []
+    for number, line in enumerate(lines, 1):
+        between, pieces = split_sentences(line)
+        for piece in pieces:
+            length = len(translator.encode(piece))
+            if length > translator.max_source_tokens:
+                raise SystemExit(f"nmt translate: line {number} has a sentence of {length} tokens (end of sentence "
+                                 f"included); the model accepts at most {translator.max_source_tokens}: "
+                                 f"{piece[:60]!r}...")
+        cut.append((between, pieces))
+        sentences += pieces
+    return cut, sentences
+
+
 def translate_command(args) -> None:
     import torch
 
+    from model.sentences import interleave
     from model.translator import Translator
 
     translator = Translator.load(args.model, device=args.device, dtype=args.dtype)
     parallel = getattr(args, "parallel", 1)
     if parallel > 1:
         torch.set_num_threads(1)  # one core per batch
-    lines = [line.rstrip("\n") for line in sys.stdin]
-    # empty lines stay empty lines, so output line i always answers input line i
-    texts = [line for line in lines if line.strip()]
-    results = iter(translator.translate(texts, beam_size=args.beam, n_best=args.n_best,
+    cut, sentences = split_lines(translator, read_lines(sys.stdin.buffer))
+    results = iter(translator.translate(sentences, beam_size=args.beam, n_best=args.n_best,
                                         length_penalty=args.length_penalty, max_decoding_length=args.max_length,
                                         batch_tokens=args.batch_tokens, parallel=parallel))
     out = sys.stdout
-    for line in lines:
-        if not line.strip():
-            out.write("\n")
+    for between, pieces in cut:
+        # a line without sentences (empty, or no letters) comes back as it was: output line i answers input line i
+        if not pieces:
+            out.write(between[0] + "\n")
             continue
-        hyps = next(results).hypotheses
+        hypotheses = [next(results).hypotheses for _ in pieces]
+        versions = min(len(h) for h in hypotheses)
+        texts = [interleave(between, [h[k].text for h in hypotheses]) for k in range(versions)]
         if args.n_best == 1:
-            out.write(hyps[0].text + "\n")
-        else:
-            out.write("\t".join(f"{h.text}\t{h.score:.4f}" for h in hyps) + "\n")
+            out.write(texts[0] + "\n")
+        else:  # hypothesis k of a line: hypothesis k of each of its sentences; its score, their mean
+            scores = [sum(h[k].score for h in hypotheses) / len(hypotheses) for k in range(versions)]
+            out.write("\t".join(f"{t}\t{score:.4f}" for t, score in zip(texts, scores)) + "\n")
     out.flush()
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("translate", help="translate stdin, one sentence per line, to stdout")
+    p = subparsers.add_parser("translate", help="translate stdin to stdout, line by line (each line cut into sentences)")
     p.add_argument("--model", required=True, help="checkpoint directory")
     p.add_argument("--beam", type=int, default=4, help="beam size (1 = greedy)")
     p.add_argument("--n-best", type=int, default=1, help="hypotheses per line, tab-separated with scores")

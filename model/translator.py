@@ -17,6 +17,7 @@ import torch
 
 from model import kernels, protect
 from model.checkpoint import load_checkpoint
+from model.clean import clean_text, lone_surrogate
 from model.config import MAX_BEAM
 from model.cpu.fused import FusedInt8Decoder, can_fuse, fuse
 from model.cpu.weights import Int8Linear, can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
@@ -114,6 +115,12 @@ class Translator:
         return self.tokenizer.encode_source(self.mask(text).text)
 
     def mask(self, text: str) -> protect.Masked:
+        """The text as the model reads it: control characters removed (model/clean.py) and, with
+        sentinels in the vocabulary, protected spans masked. ValueError for a lone surrogate."""
+        at = lone_surrogate(text)
+        if at is not None:
+            raise ValueError(f"a lone surrogate (U+{ord(text[at]):04X}) at character {at} is not valid Unicode")
+        text = clean_text(text)
         return protect.mask(text) if self.tokenizer.has_sentinels else protect.Masked(text)
 
     def length_cap(self, source_len: int, max_decoding_length: int | None) -> int:

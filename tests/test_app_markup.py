@@ -7,7 +7,8 @@ from html import unescape
 
 import pytest
 
-from app.markup import interleave, join_html, split_html, split_html_sentences, split_sentences
+from app.markup import join_html, split_html, split_html_sentences
+from model.sentences import interleave, split_sentences
 
 MASTODON = ('<p>Hello <a href="https://x.y/@bob" class="u-url mention">@<span>bob</span></a>, how are you? '
             'I am fine.</p><p>Second paragraph &amp; more.</p>')

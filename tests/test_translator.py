@@ -56,18 +56,43 @@ def test_length_cap_rule(translator):
     assert translator.length_cap(1000, None) == translator.max_length_cap
 
 
+class CliArgs:
+    beam, n_best, max_length, length_penalty, batch_tokens = 2, 1, 5, 1.0, 4096
+    device, dtype = "cpu", "float32"
+
+
+def run_cli(monkeypatch, capsys, checkpoint, data: bytes, **options) -> str:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    args = type("Args", (CliArgs,), {"model": checkpoint, **options})
+    translate_command(args)
+    return capsys.readouterr().out
+
+
 def test_cli_translate_keeps_line_alignment(tiny_checkpoint, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "stdin", io.StringIO("Open the file.\n\nClick.\n"))
-
-    class Args:
-        model, beam, n_best, max_length, length_penalty, batch_tokens = tiny_checkpoint, 2, 2, 5, 1.0, 4096
-        device, dtype = "cpu", "float32"
-
-    translate_command(Args)
-    lines = capsys.readouterr().out.split("\n")
+    lines = run_cli(monkeypatch, capsys, tiny_checkpoint, b"Open the file.\n\nClick.\n", n_best=2).split("\n")
     assert lines[1] == "" and len(lines) == 4  # 3 lines + trailing newline
     fields = lines[0].split("\t")
     assert len(fields) == 4 and float(fields[1]) >= float(fields[3])
+
+
+def test_cli_translate_cuts_a_line_longer_than_the_model_accepts_into_sentences(tiny_checkpoint, monkeypatch,
+                                                                                 capsys):
+    sentences = ["Open the file and save your changes.", "Click the button to print the document."] * 6
+    paragraph = "  ".join(sentences)
+    translator = Translator.load(tiny_checkpoint, device="cpu", dtype="float32")
+    assert len(translator.encode(paragraph)) > translator.max_source_tokens  # the model alone refuses it
+    out = run_cli(monkeypatch, capsys, tiny_checkpoint, f"{paragraph}\nClick.\n".encode())
+    expected = [r.hypotheses[0].text for r in translator.translate(sentences + ["Click."], beam_size=2,
+                                                                   max_decoding_length=5)]
+    assert out == "  ".join(expected[:-1]) + "\n" + expected[-1] + "\n"
+
+
+def test_cli_translate_names_the_line_it_cannot_take(tiny_checkpoint, monkeypatch, capsys):
+    with pytest.raises(SystemExit, match="line 2 has a sentence of .* tokens .* at most 128"):
+        run_cli(monkeypatch, capsys, tiny_checkpoint, b"Open the file.\n" + b"word " * 200 + b"\n")
+    with pytest.raises(SystemExit, match="line 3 is not valid UTF-8 \\(byte 0xFF"):
+        run_cli(monkeypatch, capsys, tiny_checkpoint, b"a\nb\nc \xff\n")
+    assert capsys.readouterr().out == ""  # nothing half-done
 
 
 def test_int8_translator_stays_close_to_float32(tiny_checkpoint):

@@ -13,7 +13,9 @@ _MEANINGS = {
     400: "Bad input: the message names the field, the problem and what is allowed.",
     403: "API key missing or wrong.",
     404: "Not found, or expired.",
-    429: "Too many items waiting; retry later.",
+    413: "The request body is larger than the server accepts (NMT_MAX_BODY_BYTES, NMT_MAX_FILE_BYTES).",
+    429: "The client's requests per minute are spent (\"Slowdown: N per 1 minute\", with Retry-After), or too "
+         "many items are waiting; retry later.",
     503: "A worker failed on this request, or the server is shutting down; retry.",
     504: "The request's deadline passed.",
 }

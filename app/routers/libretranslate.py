@@ -18,22 +18,32 @@ other errors (a 5xx would tell clients to retry)."""
 
 from __future__ import annotations
 
-import json
+import asyncio
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ValidationError
 
-from app import markup
+from app import documents, markup
 from app.errors import ApiError, describe_validation
-from app.protocol import DetectedLanguage, Language, LTDetectRequest, LTTranslateRequest, LTTranslateResponse
-from app.registry import ServedModel
+from app.forms import read_fields
+from app.protocol import (
+    DetectedLanguage,
+    Language,
+    LTDetectRequest,
+    LTFrontendLanguages,
+    LTFrontendSettings,
+    LTLanguageRef,
+    LTSuggestRequest,
+    LTSuggestResponse,
+    LTTranslateRequest,
+    LTTranslateResponse,
+)
+from app.registry import ServedModel, language_name
 from app.routers import ServiceDep, errors
 from app.scheduler import BatchKey
 from app.service import Service, item_name
 
 router = APIRouter(tags=["libretranslate"])
-
-_FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
 
 def request_body(model: type[BaseModel]) -> dict:
@@ -44,23 +54,8 @@ def request_body(model: type[BaseModel]) -> dict:
 
 
 async def read_body(request: Request, model: type[BaseModel]) -> BaseModel:
-    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if content_type in _FORM_TYPES or not content_type:
-        fields: dict = dict(request.query_params)
-        form = await request.form()
-        fields.update({k: v for k, v in form.items() if isinstance(v, str)})
-        if len(form.getlist("q")) > 1:  # q repeated: a list of texts
-            fields["q"] = [v for v in form.getlist("q") if isinstance(v, str)]
-    elif content_type == "application/json" or content_type.endswith("+json"):
-        try:
-            fields = json.loads(await request.body())
-        except (ValueError, UnicodeDecodeError) as e:
-            raise ApiError(400, f"malformed JSON: {e}") from None
-        if not isinstance(fields, dict):
-            required = [name for name, field in model.model_fields.items() if field.is_required()]
-            raise ApiError(400, f"the JSON body must be an object with {', '.join(required)}")
-    else:
-        raise ApiError(400, f"unsupported content type {content_type!r}; send application/json or form data")
+    """The body (JSON or form data, app/forms.py) validated as `model`, or a 400 saying what is wrong."""
+    fields, _ = await read_fields(request, [name for name, field in model.model_fields.items() if field.is_required()])
     try:
         return model.model_validate(fields)
     except ValidationError as e:
@@ -74,10 +69,11 @@ async def translate(request: Request, service: ServiceDep):
     """q may be a string or a list; source 'auto' takes the one served source language, or with
     several the language detected in the first text of q."""
     body = await read_body(request, LTTranslateRequest)
-    service.check_api_key(body.api_key or request.headers.get("x-api-key"))
     texts = [body.q] if isinstance(body.q, str) else body.q
+    char_limit = service.admit(request, body.api_key or request.headers.get("x-api-key"), cost=len(texts))
     html = body.format == "html"
-    service.check_texts(texts, "q", allow_blank=html)  # html without text comes back as it is
+    # html without text comes back as it is
+    texts = service.accept_texts(texts, "q", allow_blank=html, char_limit=char_limit)
     first = markup.split_document(texts[0], html, spans=False)
     model, confidence = service.resolve(body.source, body.target, first.text)  # its text, no markup
     documents = [markup.split_document(text, html, spans=model.protects_spans) for text in texts]
@@ -130,13 +126,52 @@ async def detect(request: Request, service: ServiceDep):
     """Chooses only among the served languages that have language profiles (langid.json in a
     model directory); a 400 when the served models have none."""
     body = await read_body(request, LTDetectRequest)
-    service.check_api_key(body.api_key or request.headers.get("x-api-key"))
     texts = [body.q] if isinstance(body.q, str) else body.q
+    char_limit = service.admit(request, body.api_key or request.headers.get("x-api-key"), cost=len(texts))
     answers = [[DetectedLanguage(confidence=round(confidence, 1), language=language)
-                for language, confidence in found] for found in await service.detect(texts, "q")]
+                for language, confidence in found] for found in await service.detect(texts, "q", char_limit)]
     return answers[0] if isinstance(body.q, str) else answers
 
 
 @router.get("/languages", response_model=list[Language], summary="Languages (LibreTranslate-compatible)")
 async def list_languages(service: ServiceDep):
     return [Language(code=c, name=n, targets=t) for c, n, t in service.registry.languages()]
+
+
+@router.get("/frontend/settings", response_model=LTFrontendSettings,
+            summary="Settings a front end needs (LibreTranslate-compatible)")
+async def frontend_settings(service: ServiceDep):
+    """The real limits and switches of this server, for LibreTranslate's web UI and clients."""
+    s = service.settings
+    sources = service.registry.sources()
+    targets = [t for source in sources for t in service.registry.targets(source)]
+    target = targets[0] if targets else sources[0]
+    return LTFrontendSettings(
+        charLimit=min(s.char_limit or s.max_chars, s.max_chars), frontendTimeout=500,
+        apiKeys=bool(s.api_keys) or bool(service.keys), keyRequired=s.require_api_key or bool(s.api_keys),
+        suggestions=s.suggestions, filesTranslation=s.files_translation,
+        supportedFilesFormat=documents.extensions() if s.files_translation else [],
+        language=LTFrontendLanguages(source=LTLanguageRef(code="auto", name="Auto Detect"),
+                                     target=LTLanguageRef(code=target, name=language_name(target))))
+
+
+@router.post("/suggest", response_model=LTSuggestResponse, responses=errors(400, 403, 429),
+             summary="Suggest a better translation (LibreTranslate-compatible)",
+             openapi_extra=request_body(LTSuggestRequest))
+async def suggest(request: Request, service: ServiceDep):
+    """Stored for the operator (NMT_SUGGESTIONS_DB); off unless NMT_SUGGESTIONS is set, as in LibreTranslate."""
+    if not service.settings.suggestions:
+        raise ApiError(403, "Suggestions are disabled on this server.")
+    body = await read_body(request, LTSuggestRequest)
+    char_limit = service.admit(request, body.api_key or request.headers.get("x-api-key"))
+    [q] = service.accept_texts([body.q], "q", char_limit=char_limit)
+    [s] = service.accept_texts([body.s], "s", char_limit=char_limit)
+    service.resolve(body.source, body.target)  # a pair this server translates
+    await asyncio.to_thread(service.suggestions.add, q, s, body.source, body.target)
+    return LTSuggestResponse(success=True)
+
+
+@router.get("/spec", summary="The API description (LibreTranslate's /spec)")
+async def spec(request: Request):
+    """This server's OpenAPI document (3.1; LibreTranslate serves Swagger 2.0 here), the one /docs shows."""
+    return request.app.openapi()

@@ -55,10 +55,10 @@ async def translate(body: TranslateRequest, request: Request, service: ServiceDe
     """Texts are batched with other requests' texts decoded with the same options; the response
     holds exactly this request's translations, in input order."""
     start = time.perf_counter()
-    service.check_api_key(body.api_key or x_api_key)
     texts = [body.text] if isinstance(body.text, str) else body.text
+    char_limit = service.admit(request, body.api_key or x_api_key, cost=len(texts))
     model, _ = service.resolve(body.source, body.target, texts[0] if texts else "")  # 'auto' detects texts[0]
-    masked, sources = service.encode(model, texts, "text")
+    masked, sources = service.encode(model, texts, "text", char_limit)
     key = BatchKey(model.id, body.beam_size, body.n_best, body.length_penalty, body.max_length,
                    attention=body.alignments or body.include_attention)
     outcome = await service.translate(request, key, sources)

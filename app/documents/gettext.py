@@ -1,0 +1,45 @@
+"""gettext catalogs (.po, and .pot templates, which come back as .po): every entry without a
+translation gets one, marked `fuzzy` so translators review it, as they expect of machine
+translation; msgid, msgctxt, comments, references, flags and existing translations stay as they
+were. A plural entry gets msgstr[0] from msgid and the other forms from msgid_plural."""
+
+from __future__ import annotations
+
+import re
+
+import polib
+
+from app.documents import Extracted, decode
+
+PLURAL_FORMS = "nplurals=2; plural=(n != 1);"  # German's and English's (the served languages)
+
+
+def _plurals(po: polib.POFile) -> int:
+    found = re.search(r"nplurals\s*=\s*(\d+)", po.metadata.get("Plural-Forms", ""))
+    return max(1, min(int(found.group(1)), 6)) if found else 2
+
+
+def read(data: bytes) -> Extracted:
+    po = polib.pofile(decode(data))
+    entries = [e for e in po if not e.obsolete and e.msgid and not e.translated() and "fuzzy" not in e.flags]
+    texts = []
+    for e in entries:
+        texts += [e.msgid, e.msgid_plural] if e.msgid_plural else [e.msgid]
+
+    def write(translations: list[str], target: str) -> bytes:
+        if any(e.msgid_plural for e in entries) and "Plural-Forms" not in po.metadata:
+            po.metadata["Plural-Forms"] = PLURAL_FORMS
+        plurals = _plurals(po)
+        found = iter(translations)
+        for e in entries:
+            if e.msgid_plural:
+                singular, plural = next(found), next(found)
+                e.msgstr_plural = {k: singular if k == 0 else plural for k in range(plurals)}
+            else:
+                e.msgstr = next(found)
+            e.flags.append("fuzzy")
+        po.metadata["Content-Type"] = "text/plain; charset=UTF-8"
+        po.metadata["Language"] = target
+        return str(po).encode()
+
+    return Extracted(texts, [False] * len(texts), write)

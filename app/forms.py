@@ -1,0 +1,117 @@
+"""LibreTranslate's request bodies, read strictly: JSON, URL-encoded or multipart form data, with
+the query parameters underneath (a body field wins).
+
+Text that is not valid UTF-8 is a 400 naming the field, never replacement characters or Latin-1
+guesses (what a lenient parser would hand the model). A multipart body is parsed as it streams
+in; an uploaded file is kept in memory, which the body cap bounds (app/body_limit.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from urllib.parse import parse_qsl
+
+from python_multipart import create_form_parser
+from python_multipart.multipart import Field, File
+from starlette.requests import Request
+
+from app.errors import ApiError
+
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+@dataclass
+class Upload:
+    """A file of a multipart body."""
+
+    filename: str
+    data: bytes
+
+
+def _text(raw: bytes, what: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ApiError(400, f"{what} is not valid UTF-8 (byte 0x{raw[e.start]:02X} at offset {e.start}): "
+                       "send UTF-8 text") from None
+
+
+def _add(fields: dict, name: str, value: str) -> None:
+    """A repeated field (q=a&q=b) becomes a list."""
+    if name in fields and isinstance(fields[name], list):
+        fields[name].append(value)
+    elif name in fields:
+        fields[name] = [fields[name], value]
+    else:
+        fields[name] = value
+
+
+async def read_fields(request: Request, required: list[str] = ()) -> tuple[dict, dict[str, Upload]]:
+    """(fields, uploaded files by field name). For JSON the fields are the body object as parsed;
+    for forms, strings (a list for a repeated field). `required` names the fields a 400 for a body
+    of the wrong shape lists."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type == "application/json" or content_type.endswith("+json"):
+        try:
+            fields = json.loads(await request.body())
+        except UnicodeDecodeError as e:
+            raise ApiError(400, f"the JSON body is not valid UTF-8 ({e.reason} at byte {e.start})") from None
+        except ValueError as e:
+            raise ApiError(400, f"malformed JSON: {e}") from None
+        if not isinstance(fields, dict):
+            raise ApiError(400, "the JSON body must be an object" + (f" with {', '.join(required)}" if required else ""))
+        return {**dict(request.query_params), **fields}, {}
+    if content_type and content_type not in FORM_TYPES:
+        raise ApiError(400, f"unsupported content type {content_type!r}; send application/json or form data")
+    fields: dict = {}
+    for name, value in request.query_params.multi_items():
+        _add(fields, name, value)
+    query_names = set(fields)
+    form: dict = {}
+    files: dict[str, Upload] = {}
+    if content_type == "multipart/form-data":
+        await _read_multipart(request, form, files)
+    elif content_type:
+        body = await request.body()
+        try:
+            pairs = parse_qsl(body.decode("ascii"), keep_blank_values=True, encoding="utf-8", errors="strict")
+        except UnicodeDecodeError:
+            raise ApiError(400, "the form body is not valid UTF-8 once percent-decoded (or holds raw non-ASCII "
+                           "bytes): send UTF-8, percent-encoded") from None
+        for name, value in pairs:
+            _add(form, name, value)
+    for name in query_names & set(form):
+        del fields[name]
+    for name, value in form.items():
+        fields[name] = value
+    return fields, files
+
+
+async def _read_multipart(request: Request, form: dict, files: dict[str, Upload]) -> None:
+    failures: list[ApiError] = []
+
+    def on_field(field: Field) -> None:
+        try:
+            name = _text(field.field_name or b"", "a form field name")
+            _add(form, name, _text(field.value or b"", f"form field {name!r}"))
+        except ApiError as e:
+            failures.append(e)
+
+    def on_file(file: File) -> None:
+        file.file_object.seek(0)
+        name = (file.field_name or b"").decode("utf-8", "replace")
+        filename = (file.file_name or b"").decode("utf-8", "replace")
+        files[name] = Upload(filename, file.file_object.read())
+        file.close()
+
+    headers = {"Content-Type": request.headers.get("content-type", "").encode("latin-1")}
+    try:
+        parser = create_form_parser(headers, on_field, on_file, config={"MAX_MEMORY_FILE_SIZE": 2**62})
+        async for chunk in request.stream():
+            parser.write(chunk)
+        parser.finalize()
+    except ValueError as e:  # python_multipart's FormParserError and friends, a missing boundary
+        raise ApiError(400, f"malformed multipart body: {e}") from None
+    if failures:
+        raise failures[0]

@@ -1,0 +1,143 @@
+"""API keys with limits, as LibreTranslate has them: each key has `req_limit` (requests per minute)
+and optionally `char_limit` (characters per text), kept in one SQLite file (NMT_KEYS_DB; nothing
+to run) and managed with `nmt keys add|list|remove` while the server runs.
+
+A key is looked up by its SHA-256 (the index compares digests, not the secret), and the stored
+key is then compared with `hmac.compare_digest`, so how long a lookup takes tells nothing about
+how much of a guess was right.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import hmac
+import secrets
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SCHEMA = """CREATE TABLE IF NOT EXISTS api_keys (
+    key_sha256 TEXT PRIMARY KEY,
+    api_key TEXT NOT NULL,
+    req_limit INTEGER NOT NULL,
+    char_limit INTEGER,
+    created REAL NOT NULL
+)"""
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    key: str
+    req_limit: int  # requests per minute; 0: no limit
+    char_limit: int | None  # characters per text; None: the server's default
+
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class KeyStore:
+    """The keys of one SQLite file. The server opens it read-mostly: a file that does not exist
+    holds no keys (and is not created until `nmt keys add`)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+
+    def _connect(self, create: bool) -> sqlite3.Connection | None:
+        if self._db is None:
+            if not create and not self.path.exists():
+                return None
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
+            self._db.execute(SCHEMA)
+            self._db.commit()
+        return self._db
+
+    def lookup(self, key: str) -> ApiKey | None:
+        with self._lock:
+            db = self._connect(create=False)
+            if db is None:
+                return None
+            row = db.execute("SELECT api_key, req_limit, char_limit FROM api_keys WHERE key_sha256 = ?",
+                             (_digest(key),)).fetchone()
+        if row is None or not hmac.compare_digest(row[0].encode(), key.encode("utf-8", "surrogatepass")):
+            return None
+        return ApiKey(row[0], row[1], row[2])
+
+    def add(self, req_limit: int, key: str | None = None, char_limit: int | None = None) -> ApiKey:
+        """Add a key (a random one unless given; an existing key gets the new limits)."""
+        if req_limit < 0 or (char_limit is not None and char_limit < 0):
+            raise ValueError("req_limit and char_limit must not be negative")
+        key = key or secrets.token_urlsafe(24)
+        char_limit = char_limit or None  # 0: no limit of its own, as LibreTranslate's ltmanage
+        with self._lock:
+            db = self._connect(create=True)
+            db.execute("INSERT OR REPLACE INTO api_keys VALUES (?, ?, ?, ?, ?)",
+                       (_digest(key), key, req_limit, char_limit, time.time()))
+            db.commit()
+        return ApiKey(key, req_limit, char_limit)
+
+    def remove(self, key: str) -> bool:
+        with self._lock:
+            db = self._connect(create=False)
+            if db is None:
+                return False
+            removed = db.execute("DELETE FROM api_keys WHERE key_sha256 = ?", (_digest(key),)).rowcount
+            db.commit()
+        return removed > 0
+
+    def all(self) -> list[ApiKey]:
+        with self._lock:
+            db = self._connect(create=False)
+            rows = [] if db is None else db.execute(
+                "SELECT api_key, req_limit, char_limit FROM api_keys ORDER BY created").fetchall()
+        return [ApiKey(*row) for row in rows]
+
+    def __bool__(self) -> bool:
+        return bool(self.all())
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+
+# --- nmt keys ---------------------------------------------------------------------------------
+
+def keys_command(args) -> None:
+    from app.settings import Settings
+
+    store = KeyStore(args.db or Settings().keys_db)
+    if args.action == "add":
+        print(store.add(args.req_limit, args.key, args.char_limit).key)
+    elif args.action == "remove":
+        if not store.remove(args.key):
+            raise SystemExit(f"nmt keys: no such key in {store.path}")
+        print(args.key)
+    else:
+        keys = store.all()
+        if not keys:
+            print(f"no API keys in {store.path}")
+        for k in keys:
+            limits = f"{k.req_limit} requests/minute" if k.req_limit else "no request limit"
+            limits += f", {k.char_limit} characters/text" if k.char_limit else ""
+            print(f"{k.key}\t{limits}")
+
+
+def add_keys_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", default=None, help="the keys' SQLite file (default: NMT_KEYS_DB or db/api_keys.db)")
+    actions = p.add_subparsers(dest="action")
+    add = actions.add_parser("add", help="add a key (prints it)")
+    add.add_argument("req_limit", type=int, help="requests per minute (0: no limit)")
+    add.add_argument("--key", default=None, help="the key itself (default: a random one)")
+    add.add_argument("--char-limit", type=int, default=None, help="characters per text (default: the server's)")
+    remove = actions.add_parser("remove", help="remove a key")
+    remove.add_argument("key")
+    actions.add_parser("list", help="list the keys and their limits (the default)")
+    p.set_defaults(func=keys_command)

@@ -1,0 +1,115 @@
+"""POST /translate_file and GET /download_file/{id}.{name}, as LibreTranslate has them: a
+multipart upload (`file`, `source`, `target`, `api_key`) answered with {"translatedFileUrl": ...},
+where the translated file waits NMT_FILE_TTL_S under its original name with the target's code
+added ('guide.docx' -> 'guide_de.docx').
+
+The file's texts (app/documents/) go through what /translate does: control characters removed,
+sentences cut, placeholders and inline tags protected; they are translated in jobs of at most
+NMT_MAX_SEGMENTS sentences, all within NMT_FILE_TIMEOUT_S.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from urllib.parse import quote
+
+from fastapi import APIRouter, Path, Request
+from fastapi.responses import Response
+
+from app import documents, markup
+from app.errors import ApiError
+from app.forms import read_fields
+from app.protocol import LTTranslateFileResponse
+from app.routers import ServiceDep, errors
+from app.scheduler import BatchKey
+from model.clean import clean_text
+
+router = APIRouter(tags=["libretranslate"])
+
+FILE_FORM = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+    "type": "object", "required": ["file", "source", "target"],
+    "properties": {"file": {"type": "string", "format": "binary", "description": "The file; its extension says its "
+                                                                                  "format (see /frontend/settings)."},
+                   "source": {"type": "string", "description": "Source language code, or 'auto'.", "example": "en"},
+                   "target": {"type": "string", "description": "Target language code.", "example": "de"},
+                   "api_key": {"type": "string", "description": "API key, when the server requires one."}}}}}}}
+
+
+def _text_field(fields: dict, name: str) -> str:
+    value = fields.get(name)
+    if not isinstance(value, str) or not value:
+        raise ApiError(400, f"Invalid request: missing {name} parameter")
+    return value
+
+
+@router.post("/translate_file", response_model=LTTranslateFileResponse,
+             responses=errors(400, 403, 413, 429, 503, 504), summary="Translate a file (LibreTranslate-compatible)",
+             openapi_extra=FILE_FORM)
+async def translate_file(request: Request, service: ServiceDep):
+    """Formats: plain text, HTML, SubRip subtitles, gettext catalogs (untranslated entries filled
+    and marked fuzzy), Word, PowerPoint, OpenDocument text and presentations, EPUB."""
+    s = service.settings
+    if not s.files_translation:
+        raise ApiError(403, "Files translation are disabled on this server.")
+    started = time.monotonic()
+    fields, files = await read_fields(request)
+    upload = files.get("file")
+    if upload is None or not upload.filename:
+        raise ApiError(400, "Invalid request: missing file parameter")
+    source, target = _text_field(fields, "source"), _text_field(fields, "target")
+    key = fields.get("api_key") if isinstance(fields.get("api_key"), str) else None
+    service.admit(request, key or request.headers.get("x-api-key"))
+    extension = documents.extension(upload.filename)
+    if extension not in documents.extensions():
+        raise ApiError(400, f"Invalid request: file format not supported ({extension or 'no extension'}); "
+                       f"supported: {', '.join(documents.extensions())}")
+    try:
+        extracted = await asyncio.to_thread(documents.read, upload.filename, upload.data)
+    except documents.FormatError as e:
+        raise ApiError(400, f"{upload.filename}: {e}") from None
+    texts = [clean_text(t) for t in extracted.texts]
+    chars = sum(len(t) for t in texts)
+    if chars > s.max_file_chars:
+        raise ApiError(400, f"{upload.filename} holds {chars:,} characters of text; at most {s.max_file_chars:,} "
+                       "per file (NMT_MAX_FILE_CHARS): split it")
+    sample = " ".join(markup.split_document(t, html, spans=False).text for t, html in zip(texts[:20], extracted.html))
+    model, _ = service.resolve(source, target, sample)
+    parts = [markup.split_document(t, html, spans=model.protects_spans) for t, html in zip(texts, extracted.html)]
+    sentences = [sentence for part in parts for sentence in part.sentences]
+    sources = [service.encode_text(model, sentence, f"a sentence of {upload.filename}") for sentence in sentences]
+    key = BatchKey(model.id, beam_size=s.default_beam_size, n_best=1)
+    translations: list[str] = []
+    for start in range(0, len(sources), s.max_segments):
+        remaining = s.file_timeout_s - (time.monotonic() - started)
+        if remaining <= 0:
+            raise ApiError(504, f"translating {upload.filename} did not finish within {s.file_timeout_s:g} s "
+                           "(NMT_FILE_TIMEOUT_S)")
+        outcome = await service.translate(request, key, sources[start:start + s.max_segments], timeout_s=remaining)
+        translations += [r.hypotheses[0].text for r in outcome.results]
+    found = iter(translations)
+    rebuilt = [part.join([next(found) for _ in part.sentences]) for part in parts]
+    data = await asyncio.to_thread(extracted.write, rebuilt, model.target)
+    name = documents.output_name(upload.filename, model.target)
+    file_id = service.files.put(name, data)
+    if file_id is None:
+        raise ApiError(413, f"the translated file has {len(data):,} bytes; the server keeps at most "
+                       f"{s.file_store_bytes:,} (NMT_FILE_STORE_BYTES)")
+    service.metrics.files.labels(extension).inc()
+    return LTTranslateFileResponse(translatedFileUrl=str(request.url_for("download_file", file=f"{file_id}.{name}")))
+
+
+@router.get("/download_file/{file}", name="download_file", responses=errors(404),
+            summary="Download a translated file (LibreTranslate-compatible)")
+async def download_file(service: ServiceDep,
+                        file: str = Path(description="'<id>.<name>', the last part of translatedFileUrl.",
+                                         examples=["5f0c9e1a2b3c4d5e6f708192a3b4c5d6.guide_de.docx"])):
+    """The file under its original name with the target language added, for NMT_FILE_TTL_S after
+    it was translated."""
+    file_id, _, _ = file.partition(".")
+    blob = service.files.get(file_id)
+    if blob is None:
+        raise ApiError(404, f"no translated file {file!r}: it expired (files are kept "
+                       f"{service.settings.file_ttl_s:g} s) or never existed")
+    disposition = f"attachment; filename*=UTF-8''{quote(blob.name)}"
+    return Response(blob.data, media_type="application/octet-stream", headers={"Content-Disposition": disposition})

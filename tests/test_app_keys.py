@@ -1,0 +1,136 @@
+"""API keys with limits (app/keys.py, app/limits.py): `nmt keys`, 403 for a wrong key, 429
+"Slowdown: N per 1 minute" past a key's or a client's requests per minute, reset a minute later,
+and a key's char_limit."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from app.keys import KeyStore
+from app.limits import MemoryCounters, RateLimiter
+from app.settings import Settings
+from tests.conftest import ready_client
+
+
+class Clock:
+    def __init__(self, now: float = 1_000_040.0):  # 20 s into a minute
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_rate_limiter_counts_a_sliding_minute_and_says_when_to_retry():
+    clock = Clock()
+    limiter = RateLimiter(MemoryCounters(clock), clock)
+    assert all(limiter.admit("a", 3) is None for _ in range(3))
+    retry = limiter.admit("a", 3)
+    assert retry == pytest.approx(40.0)  # the current minute is full: its end
+    assert limiter.admit("b", 3) is None  # clients are counted apart
+    assert limiter.admit("a", 0) is None  # 0: no limit
+    clock.now += 45  # 5 s into the next minute: the previous one still weighs 55/60 x 3 = 2.75
+    assert limiter.admit("a", 3) is None  # 2.75 < 3
+    assert limiter.admit("a", 3) is not None  # 2.75 + 1 >= 3
+    clock.now += 60
+    assert limiter.admit("a", 3) is None
+    assert limiter.admit("c", 2, cost=5) is None and limiter.admit("c", 2) is not None  # a batch counts its texts
+
+
+def test_memory_counters_expire():
+    clock = Clock(0.0)
+    counters = MemoryCounters(clock)
+    assert counters.add("x", 2, ttl_s=10) == 2 and counters.add("x", 1, ttl_s=10) == 3
+    clock.now = 11
+    assert counters.get("x") == 0 and counters.add("y", 1, ttl_s=10) == 1
+    assert len(counters) == 1  # x was swept
+
+
+def test_key_store_round_trip(tmp_path):
+    store = KeyStore(tmp_path / "keys.db")
+    assert store.lookup("nope") is None and not (tmp_path / "keys.db").exists()  # reading creates nothing
+    key = store.add(10, char_limit=50)
+    assert store.lookup(key.key) == key and len(key.key) >= 32
+    assert store.add(0, "mine", char_limit=0).char_limit is None  # 0: the server's
+    assert store.lookup("mine").req_limit == 0
+    store.add(7, "mine")  # replaced
+    assert [k.req_limit for k in store.all()] == [10, 7]
+    assert store.lookup("mine\ud800") is None and store.lookup(key.key[:-1]) is None
+    assert store.remove("mine") and not store.remove("mine")
+    with pytest.raises(ValueError):
+        store.add(-1)
+
+
+def test_nmt_keys_cli(tmp_path):
+    db = str(tmp_path / "k.db")
+    run = lambda *args: subprocess.run([sys.executable, "-m", "app.cli", "keys", "--db", db, *args],  # noqa: E731
+                                       capture_output=True, text=True)
+    added = run("add", "120", "--char-limit", "5000")
+    assert added.returncode == 0, added.stderr
+    key = added.stdout.strip()
+    assert run("add", "5", "--key", "fixed").stdout.strip() == "fixed"
+    listed = run("list").stdout
+    assert f"{key}\t120 requests/minute, 5000 characters/text" in listed and "fixed\t5 requests/minute" in listed
+    assert run("remove", "fixed").returncode == 0
+    gone = run("remove", "fixed")
+    assert gone.returncode != 0 and "no such key" in gone.stderr
+
+
+@pytest.fixture(scope="module")
+def served(tiny_checkpoint, tmp_path_factory):
+    db = tmp_path_factory.mktemp("keys") / "keys.db"
+    store = KeyStore(db)
+    store.add(3, "three-per-minute", char_limit=20)
+    store.add(0, "unlimited")
+    settings = Settings(model_dirs=[str(tiny_checkpoint)], workers=1, threads_per_worker=1, max_wait_ms=2,
+                        keys_db=str(db), req_limit=2, max_chars=400)
+    with ready_client(settings) as client:
+        yield client, store
+
+
+def lt(client, key=None, q="Open the file.", headers=None):
+    body = {"q": q, "source": "en", "target": "de"} | ({"api_key": key} if key else {})
+    return client.post("/translate", json=body, headers=headers or {})
+
+
+def test_limits_per_key_and_per_client_address(served, monkeypatch):
+    client, store = served
+    limiter = client.app.state.service.limiter
+    clock = Clock()
+    monkeypatch.setattr(limiter, "clock", clock)
+    monkeypatch.setattr(limiter.counters, "clock", clock)
+    # without a key: NMT_REQ_LIMIT=2 per minute for this address
+    assert [lt(client).status_code for _ in range(3)] == [200, 200, 429]
+    refused = lt(client)
+    assert refused.json() == {"error": "Slowdown: 2 per 1 minute"} and refused.headers["retry-after"] == "40"
+    # a proxy's X-Forwarded-For is not trusted unless told to
+    assert lt(client, headers={"x-forwarded-for": "10.0.0.9"}).status_code == 429
+    monkeypatch.setattr(client.app.state.service.settings, "trust_forwarded_for", True)
+    assert lt(client, headers={"x-forwarded-for": "10.0.0.9, 10.0.0.1"}).status_code == 200
+    # a key has its own count and limit, on every route that translates or detects
+    assert lt(client, "three-per-minute").status_code == 200
+    v1 = client.post("/v1/translate", json={"text": "Open.", "source": "en", "target": "de"},
+                     headers={"x-api-key": "three-per-minute"})
+    assert v1.status_code == 200
+    assert lt(client, "three-per-minute").status_code == 200
+    assert lt(client, "three-per-minute").json() == {"error": "Slowdown: 3 per 1 minute"}
+    assert all(lt(client, "unlimited").status_code == 200 for _ in range(5))
+    # a minute later (and the previous one's weight gone) everything is admitted again
+    clock.now += 120
+    assert lt(client).status_code == 200 and lt(client, "three-per-minute").status_code == 200
+    # a key removed with `nmt keys remove` stops working at once
+    store.add(0, "short-lived")
+    assert lt(client, "short-lived").status_code == 200
+    store.remove("short-lived")
+    assert lt(client, "short-lived").json() == {"error": "Invalid API key"}
+    assert 'nmt_rate_limited_total' in client.get("/metrics").text
+
+
+def test_key_char_limit(served):
+    client, _ = served
+    long_text = "Open the file and save it."  # 26 characters
+    assert lt(client, "three-per-minute", q=long_text).json() == {"error": "q has 26 characters; at most 20"}
+    assert lt(client, "unlimited", q=long_text).status_code == 200
+    assert lt(client, "wrong").status_code == 403

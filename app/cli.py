@@ -1,5 +1,5 @@
 """The `nmt` console script: the model commands (model/cli.py), the offline tooling's (training/:
-corpus, train, eval, langid), `serve` and `keys`.
+corpus, train, eval), `serve` and `keys`.
 
 `nmt serve` and `nmt keys` parse their own options without loading the other commands: the server process never
 imports torch (the worker processes do), and the training commands would bring it in."""
@@ -37,10 +37,10 @@ def main(argv: list[str] | None = None) -> None:
         argv = argv[1:]
     else:
         from model.cli import build_parser
-        from training import corpus, evaluate, langid, train
+        from training import corpus, evaluate, train
 
         parser, subparsers = build_parser()
-        for module in (corpus, train, evaluate, langid):  # the offline tooling's commands
+        for module in (corpus, train, evaluate):  # the offline tooling's commands
             module.register(subparsers)
         add_serve_options(subparsers.add_parser("serve", help="serve the HTTP API (default: the shipped en-de model)"))
         from app.keys import add_keys_options

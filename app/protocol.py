@@ -27,9 +27,9 @@ class TranslateRequest(BaseModel):
                                   "keep their order). Each text is translated as one sequence, without sentence "
                                   "splitting (its alignments and scores are of that sequence); send one sentence "
                                   "per text.", examples=["Hello world.", ["Open the file.", "Save it."]])
-    source: str = Field(description="Source language code; 'auto': the one served source language, or with "
-                        "several the language detected in the first text (when the served models have language "
-                        "profiles).", examples=["en"], max_length=32)
+    source: str = Field(description="Source language code, or 'auto': each text's language is detected "
+                        "(app/language.py); all texts of a request must then be in one language.", examples=["en"],
+                        max_length=32)
     target: str = Field(description="Target language code.", examples=["de"], max_length=32)
     beam_size: int = Field(4, ge=1, le=MAX_BEAM, description="Beam width (1 = greedy).", examples=[4])
     n_best: int = Field(1, ge=1, le=MAX_BEAM, description="Hypotheses per text: the best plus n_best-1 "
@@ -192,9 +192,9 @@ class LTTranslateRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")  # LibreTranslate ignores fields it does not know
 
     q: str | list[str] = Field(description="Text, or list of texts.", examples=["Hello world."])
-    source: str = Field(description="Source language code, or 'auto': the one served source language, or "
-                        "with several the language detected in the first text (when the served models have "
-                        "language profiles).", examples=["en"], max_length=32)
+    source: str = Field(description="Source language code, or 'auto': each text's language is detected and "
+                        "it is translated from it; a text in a language no model translates is a 400 naming it.",
+                        examples=["en"], max_length=32)
     target: str = Field(description="Target language code.", examples=["de"], max_length=32)
     format: Literal["text", "html"] = Field("text", description="'text': plain text, translated sentence by "
                                             "sentence; whitespace and text without letters are kept. 'html': the "
@@ -263,10 +263,9 @@ class LTDetectRequest(BaseModel):
 
 
 class DetectedLanguage(BaseModel):
-    confidence: float = Field(description="0-100: how strongly the text's character n-grams favour this language "
-                              "over the other served languages with profiles (model/langid.py); relative to them, "
-                              "not a probability that the text is in this language at all. 100 for source 'auto' "
-                              "when only one source language is served (nothing is detected then).",
+    confidence: float = Field(description="0-100: the detector's (lingua's) confidence in this language relative to "
+                              "the others it knows; the candidates of a text sum to at most 100. 100 for source "
+                              "'auto' on a text without letters when one source language is served.",
                               examples=[97.3])
     language: str = Field(description="Language code.", examples=["en"])
 
@@ -278,8 +277,8 @@ class LTTranslateResponse(BaseModel):
                                                              "other hypotheses (per text when q was a list).",
                                                              examples=[["Hallo, Welt."]])
     detectedLanguage: DetectedLanguage | list[DetectedLanguage] | None = Field(
-        None, description="With source 'auto' (per text when q was a list; with several source languages served "
-        "the language is detected in the first text and given for all).",
+        None, description="With source 'auto': the language each text was translated from (a list when q was "
+        "a list).",
         examples=[{"confidence": 97.3, "language": "en"}])
 
 

@@ -1,9 +1,8 @@
 """The served models as the server process sees them: languages, limits, tokenizer.
 
 The server never loads weights (workers do); it reads each checkpoint's config, metadata and
-SentencePiece models, so it can count tokens, reject over-long input and describe the model. It
-also loads each directory's language profiles (langid.json, model/langid.py) when there is one,
-for POST /detect and source 'auto'.
+SentencePiece models, so it can count tokens, reject over-long input and describe the model. Its
+language detector (app/language.py) serves POST /detect and source 'auto'.
 """
 
 from __future__ import annotations
@@ -11,9 +10,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from app.language import CLEAR, LanguageDetector
+from app.language import language_name as detector_language_name
 from model import protect
 from model.config import CheckpointError, ModelConfig, read_header
-from model.langid import LanguageIdentifier, load_profiles
 from model.tokenizer import Tokenizer
 
 LANGUAGE_NAMES = {
@@ -27,7 +27,7 @@ LANGUAGE_NAMES = {
 
 
 def language_name(code: str) -> str:
-    return LANGUAGE_NAMES.get(code, code)
+    return LANGUAGE_NAMES.get(code) or detector_language_name(code)
 
 
 @dataclass
@@ -77,41 +77,20 @@ def load_model(directory: str | Path) -> ServedModel:
                        Tokenizer.from_dir(header.directory, header.config), header.parameters)
 
 
-def load_identifier(models: list[ServedModel]) -> LanguageIdentifier | None:
-    """A language identifier over the served languages that some model directory has a profile
-    for (a language in several langid.json files: the first one's); None when fewer than two have
-    one, since choosing among one language tells nothing."""
-    served = {m.source for m in models} | {m.target for m in models}
-    profiles = {}
-    for m in models:
-        path = m.directory / "langid.json"
-        if not path.is_file():
-            continue
-        try:
-            found = load_profiles(path)
-        except (ValueError, KeyError, TypeError) as e:
-            raise CheckpointError(f"{path}: unreadable language profiles ({e})") from None
-        for language, profile in found.items():
-            if language in served:
-                profiles.setdefault(language, profile)
-    return LanguageIdentifier(profiles) if len(profiles) >= 2 else None
-
-
 class Registry:
-    def __init__(self, models: list[ServedModel], identifier: LanguageIdentifier | None = None):
+    def __init__(self, models: list[ServedModel], detector: LanguageDetector | None = None):
         self.models: dict[str, ServedModel] = {}
         for m in models:
             if m.id in self.models:
                 raise CheckpointError(f"two checkpoints serve {m.id}: {self.models[m.id].directory} and {m.directory}")
             self.models[m.id] = m
-        self.identifier = identifier  # None: language detection is unavailable
+        self.detector = detector  # None: language detection is off (tests of everything else)
 
     @classmethod
-    def load(cls, directories: list[str]) -> Registry:
+    def load(cls, directories: list[str], detector: LanguageDetector | None = None) -> Registry:
         if not directories:
             raise CheckpointError("no model directories given (NMT_MODEL_DIRS)")
-        models = [load_model(d) for d in directories]
-        return cls(models, load_identifier(models))
+        return cls([load_model(d) for d in directories], detector)
 
     def sources(self) -> list[str]:
         return sorted({m.source for m in self.models.values()})
@@ -131,27 +110,35 @@ class Registry:
         """(the model for source -> target, None), or with source 'auto' (the model, the confidence in
         percent of the source language it chose); ValueError says what is served.
 
-        'auto' takes the one served source language (confidence 100) when there is one. With several,
-        it takes the language detected in `text` when language profiles are loaded and a model
-        translates from it into target; otherwise the client has to choose.
+        'auto' detects the language of `text` (app/language.py) and takes it when a model translates
+        from it into target, or a served language nearly as likely; a text that is clearly in
+        another language is refused, naming it. A text without letters takes the one source
+        language served into target, when there is one.
         """
         if source != "auto":
             return self.model(source, target), None
-        sources = self.sources()
-        if len(sources) == 1:
-            return self.model(sources[0], target), 100.0
-        choose = f"choose one of: {', '.join(sources)}"
-        if self.identifier is None:
-            raise ValueError(f"source 'auto' needs exactly one served source language or language profiles "
-                             f"(langid.json) for the served ones; {choose}")
-        guesses = self.identifier.detect(text)
-        if not guesses:
-            raise ValueError(f"source 'auto': no language detected (the text has no letters); {choose}")
-        language, confidence = guesses[0]
-        if f"{language}-{target}" not in self.models:
-            raise ValueError(f"source 'auto': the text looks {language_name(language)} ({confidence:.1f}%), "
-                             f"and no model translates {language!r} to {target!r}; {choose}")
-        return self.models[f"{language}-{target}"], confidence
+        sources = [s for s in self.sources() if f"{s}-{target}" in self.models]
+        if not sources:
+            raise ValueError(f"no model translates into {target!r}; served pairs: {self.pairs()}")
+        if self.detector is None:
+            if len(sources) == 1:
+                return self.models[f"{sources[0]}-{target}"], 100.0
+            raise ValueError(f"source 'auto' needs language detection, which is off; choose one of: "
+                             f"{', '.join(sources)}")
+        language, confidence, found = self.detector.choose(text, sources)
+        if language:
+            return self.models[f"{language}-{target}"], confidence
+        if not found:
+            if len(sources) == 1:
+                return self.models[f"{sources[0]}-{target}"], 100.0
+            raise ValueError(f"source 'auto': no language detected (the text has no letters); choose one of: "
+                             f"{', '.join(sources)}")
+        best, best_confidence = found[0]
+        if best_confidence < CLEAR:
+            raise ValueError(f"source 'auto': cannot tell the language of the text (best guess {language_name(best)}, "
+                             f"{best_confidence:.1f}%); choose one of: {', '.join(sources)}")
+        raise ValueError(f"source 'auto': the text looks {language_name(best)} ({best}, {best_confidence:.1f}%), and "
+                         f"no model translates {best!r} to {target!r}; served pairs: {self.pairs()}")
 
     def model(self, source: str, target: str) -> ServedModel:
         model = self.models.get(f"{source}-{target}")

@@ -24,6 +24,7 @@ from app.alignments import AlignmentStore
 from app.blobs import BlobStore
 from app.errors import ApiError
 from app.keys import ApiKey, KeyStore
+from app.language import LanguageDetector
 from app.limits import MemoryCounters, RateLimiter
 from app.metrics import Metrics
 from app.registry import Registry, ServedModel
@@ -84,7 +85,9 @@ class Service:
 
     async def start(self) -> None:
         s = self.settings
-        self.registry = Registry.load(s.model_dirs)
+        detector = None if s.detect_languages == ["none"] else LanguageDetector(s.detect_languages,
+                                                                                 s.detect_low_accuracy)
+        self.registry = Registry.load(s.model_dirs, detector)
         cuda = visible_cuda_devices() if s.device != "cpu" else 0
         self.device_kind, devices, threads = s.worker_layout(cuda)
         m = self.metrics
@@ -172,16 +175,32 @@ class Service:
             raise ApiError(400, str(e)) from None
 
     async def detect(self, texts: list[str], field: str, char_limit: int | None = None) -> list[list[tuple[str, float]]]:
-        """Each text's served languages with confidences, best first ([] for a text without letters);
-        a 400 when no served model has language profiles or accept_texts refuses a text."""
-        identifier = self.registry.identifier
-        if identifier is None:
-            raise ApiError(400, "language detection is not available for the served models: their directories "
-                           "have no language profiles (langid.json, built by nmt langid) for two or more of "
-                           "their languages")
+        """Each text's likeliest languages (served or not) with confidences, best first ([] for a text
+        without letters); a 400 when detection is off or accept_texts refuses a text."""
+        detector = self.registry.detector
+        if detector is None:
+            raise ApiError(400, "language detection is off on this server (NMT_DETECT_LANGUAGES=none)")
         texts = self.accept_texts(texts, field, char_limit=char_limit)
-        # up to max_items x max_chars of pure Python: off the event loop, so batching keeps its timing
-        return await asyncio.to_thread(lambda: [identifier.detect(text) for text in texts])
+        # up to max_items x max_chars, ~1 ms a short text: off the event loop, so batching keeps its timing
+        return await asyncio.to_thread(lambda: [detector.detect(text) for text in texts])
+
+    async def resolve_each(self, source: str, target: str, texts: list[str], field: str,
+                           ) -> list[tuple[ServedModel, float | None]]:
+        """resolve() for each text: with source 'auto', each text's own language (a 400 names the
+        text whose language no model translates)."""
+        if source != "auto":
+            return [self.resolve(source, target)] * len(texts)
+
+        def each():
+            out = []
+            for i, text in enumerate(texts):
+                try:
+                    out.append(self.registry.resolve(source, target, text))
+                except ValueError as e:
+                    raise ApiError(400, f"{item_name(field, i, len(texts))}: {e}") from None
+            return out
+
+        return await asyncio.to_thread(each)
 
     def accept_texts(self, texts: list[str], field: str, allow_blank: bool = False,
                      char_limit: int | None = None) -> list[str]:

@@ -80,13 +80,18 @@ class Settings(BaseSettings):
                                   "oldest go first).")
     max_file_chars: int = Field(200_000, ge=1, description="Most characters of text in one file to translate.")
     file_timeout_s: float = Field(600.0, gt=0, description="Deadline of one file translation; past it, 504.")
+    detect_languages: CommaList = Field([], description="Languages POST /detect and source 'auto' choose among "
+                                        "(ISO 639-1 codes); empty: all 75 the detector (lingua) knows, ~1.2 GB of "
+                                        "models once loaded; 'none': detection off.")
+    detect_low_accuracy: bool = Field(False, description="Detect with lingua's small models (~80 MB; on UI strings "
+                                      "66% right instead of 80%, see bench/langid.py).")
     host: str = Field("127.0.0.1", description="Bind address of `nmt serve`.")
     port: int = Field(8000, ge=0, le=65535, description="Port of `nmt serve`.")
     worker_start_timeout_s: float = Field(600.0, gt=0, description="Longest a worker may take to load its models.")
     shutdown_timeout_s: float = Field(30.0, ge=0, description="On shutdown, longest to wait for queued work.")
     fault_injection: bool = Field(False, description="Test only: workers fail on magic inputs (see app/worker.py).")
 
-    @field_validator("model_dirs", "cors_origins", "api_keys", mode="before")
+    @field_validator("model_dirs", "cors_origins", "api_keys", "detect_languages", mode="before")
     @classmethod
     def _lists(cls, value):
         return _split(value)

@@ -1,5 +1,4 @@
-"""Shared fixtures: a tiny randomly initialised checkpoint with a real SentencePiece model, and
-English and German lines to build language profiles from."""
+"""Shared fixtures: a tiny randomly initialised checkpoint with a real SentencePiece model."""
 
 from __future__ import annotations
 
@@ -27,29 +26,6 @@ TINY_TEXT = [
     "Click the button to print the document.",
     "Klicken Sie auf die Schaltfläche, um das Dokument zu drucken.",
 ]
-
-# made-up text for language profiles (model/langid.py); the tests detect other sentences
-ENGLISH = [
-    "The weather was cold and the children stayed at home with their father.",
-    "She would like to know where the station is and when the next train leaves.",
-    "We have written three letters to the company, but they never answered them.",
-    "This is the house that my grandmother built with her own hands.",
-    "Please close the window when you leave the room in the evening.",
-    "They thought that the meeting had been moved to Thursday afternoon.",
-    "Everything in the kitchen should be cleaned before the guests arrive.",
-    "The book on the table belongs to the teacher who lives next door.",
-]
-GERMAN = [
-    "Das Wetter war kalt, und die Kinder blieben mit ihrem Vater zu Hause.",
-    "Sie möchte wissen, wo der Bahnhof ist und wann der nächste Zug abfährt.",
-    "Wir haben der Firma drei Briefe geschrieben, aber sie hat nie geantwortet.",
-    "Das ist das Haus, das meine Großmutter mit ihren eigenen Händen gebaut hat.",
-    "Bitte schließen Sie das Fenster, wenn Sie am Abend das Zimmer verlassen.",
-    "Sie dachten, dass die Besprechung auf Donnerstagnachmittag verschoben wurde.",
-    "Alles in der Küche sollte geputzt werden, bevor die Gäste ankommen.",
-    "Das Buch auf dem Tisch gehört dem Lehrer, der nebenan wohnt.",
-]
-
 
 def train_tiny_spm(directory: Path, vocab_size: int = 96, sentinels: bool = False) -> Path:
     """A joint SentencePiece model with pad=0, unk=1, bos=2, eos=3 (the project's convention);

@@ -12,9 +12,8 @@ one deadline, and each entry is rebuilt from its own translations, its markup an
 With alternatives, alternative k of an entry is made of hypothesis k+1 of each of its sentences.
 /v1/translate does none of this: it translates each text as one sequence.
 
-/detect and source 'auto' (with several source languages served) use the language profiles of
-the served models (model/langid.py); without them /detect answers 400, like LibreTranslate's
-other errors (a 5xx would tell clients to retry)."""
+/detect tells the likeliest languages of each text, served or not; source 'auto' detects each text's
+language (app/language.py), and a text in a language no model translates is a 400 naming it."""
 
 from __future__ import annotations
 
@@ -66,43 +65,51 @@ async def read_body(request: Request, model: type[BaseModel]) -> BaseModel:
              responses=errors(400, 403, 429, 503, 504), summary="Translate (LibreTranslate-compatible)",
              openapi_extra=request_body(LTTranslateRequest))
 async def translate(request: Request, service: ServiceDep):
-    """q may be a string or a list; source 'auto' takes the one served source language, or with
-    several the language detected in the first text of q."""
+    """q may be a string or a list; with source 'auto' each text is translated from its own
+    detected language (app/language.py)."""
     body = await read_body(request, LTTranslateRequest)
     texts = [body.q] if isinstance(body.q, str) else body.q
     char_limit = service.admit(request, body.api_key or request.headers.get("x-api-key"), cost=len(texts))
     html = body.format == "html"
     # html without text comes back as it is
     texts = service.accept_texts(texts, "q", allow_blank=html, char_limit=char_limit)
-    first = markup.split_document(texts[0], html, spans=False)
-    model, confidence = service.resolve(body.source, body.target, first.text)  # its text, no markup
-    documents = [markup.split_document(text, html, spans=model.protects_spans) for text in texts]
-    hypotheses = await translate_sentences(request, service, model, documents, n_best=body.alternatives + 1)
+    readable = [markup.split_document(text, html, spans=False).text for text in texts]  # no markup: to detect
+    resolved = await service.resolve_each(body.source, body.target, readable, "q")
+    documents = [markup.split_document(text, html, spans=model.protects_spans)
+                 for text, (model, _) in zip(texts, resolved)]
+    sentences = sum(len(document.sentences) for document in documents)
+    if sentences > service.settings.max_segments:
+        raise ApiError(400, f"q splits into {sentences} sentences; at most {service.settings.max_segments} per "
+                       "request (NMT_MAX_SEGMENTS): send fewer or shorter texts")
+    by_model: dict[str, list[int]] = {}
+    for i, (model, _) in enumerate(resolved):
+        by_model.setdefault(model.id, []).append(i)
+    hypotheses: list[list[list[str]]] = [[] for _ in texts]
+    for indices in by_model.values():  # one job per model (texts in several languages: several jobs)
+        found = await translate_sentences(request, service, resolved[indices[0]][0], [documents[i] for i in indices],
+                                          n_best=body.alternatives + 1,
+                                          names=[item_name("q", i, len(texts)) for i in indices])
+        for i, per_sentence in zip(indices, found):
+            hypotheses[i] = per_sentence
     versions = [rebuild(document, per_sentence) for document, per_sentence in zip(documents, hypotheses)]
     translated = [v[0] for v in versions]
     alternatives = [v[1:] for v in versions] if body.alternatives else None
-    detected = None if confidence is None else DetectedLanguage(confidence=round(confidence, 1),
-                                                                language=model.source)
+    detected = None if body.source != "auto" else [
+        DetectedLanguage(confidence=round(confidence, 1), language=model.source) for model, confidence in resolved]
     if isinstance(body.q, str):
         return LTTranslateResponse(translatedText=translated[0], alternatives=alternatives and alternatives[0],
-                                   detectedLanguage=detected)
-    return LTTranslateResponse(translatedText=translated, alternatives=alternatives,
-                               detectedLanguage=detected and [detected] * len(texts))
+                                   detectedLanguage=detected and detected[0])
+    return LTTranslateResponse(translatedText=translated, alternatives=alternatives, detectedLanguage=detected)
 
 
 async def translate_sentences(request: Request, service: Service, model: ServedModel,
-                              documents: list[markup.Document], n_best: int) -> list[list[list[str]]]:
+                              documents: list[markup.Document], n_best: int, names: list[str]) -> list[list[list[str]]]:
     """The n_best hypotheses (texts, masked like the sentences) of each sentence of each document,
-    all sentences in one job."""
+    all sentences in one job; `names` are how errors name the documents."""
     sentences = [(i, sentence) for i, document in enumerate(documents) for sentence in document.sentences]
-    limit = service.settings.max_segments
-    if len(sentences) > limit:
-        raise ApiError(400, f"q splits into {len(sentences)} sentences; at most {limit} per request "
-                       "(NMT_MAX_SEGMENTS): send fewer or shorter texts")
     if not sentences:
         return [[] for _ in documents]
-    sources = [service.encode_text(model, sentence, f"a sentence of {item_name('q', i, len(documents))}")
-               for i, sentence in sentences]
+    sources = [service.encode_text(model, sentence, f"a sentence of {names[i]}") for i, sentence in sentences]
     key = BatchKey(model.id, beam_size=max(service.settings.default_beam_size, n_best), n_best=n_best)
     results = iter((await service.translate(request, key, sources)).results)
     return [[[h.text for h in next(results).hypotheses] for _ in document.sentences] for document in documents]
@@ -123,8 +130,8 @@ def rebuild(document: markup.Document, per_sentence: list[list[str]]) -> list[st
                         **errors(400, 403)},
              summary="Detect the language (LibreTranslate-compatible)", openapi_extra=request_body(LTDetectRequest))
 async def detect(request: Request, service: ServiceDep):
-    """Chooses only among the served languages that have language profiles (langid.json in a
-    model directory); a 400 when the served models have none."""
+    """The likeliest languages of each text among the 75 the detector knows (or NMT_DETECT_LANGUAGES),
+    served or not, best first."""
     body = await read_body(request, LTDetectRequest)
     texts = [body.q] if isinstance(body.q, str) else body.q
     char_limit = service.admit(request, body.api_key or request.headers.get("x-api-key"), cost=len(texts))

@@ -8,7 +8,9 @@ import time
 from fastapi import APIRouter, Header, Request
 
 from app.alignments import Alignment, rounded
+from app.errors import ApiError
 from app.protocol import Alternative, SpanRepair, Timing, TranslateRequest, TranslateResponse, TranslationOut
+from app.registry import language_name
 from app.routers import ServiceDep, errors
 from app.scheduler import BatchKey
 from app.service import Service
@@ -57,7 +59,14 @@ async def translate(body: TranslateRequest, request: Request, service: ServiceDe
     start = time.perf_counter()
     texts = [body.text] if isinstance(body.text, str) else body.text
     char_limit = service.admit(request, body.api_key or x_api_key, cost=len(texts))
-    model, _ = service.resolve(body.source, body.target, texts[0] if texts else "")  # 'auto' detects texts[0]
+    resolved = await service.resolve_each(body.source, body.target, service.accept_texts(texts, "text", char_limit=char_limit),
+                                          "text")
+    model = resolved[0][0]
+    other = next((i for i, (m, _) in enumerate(resolved) if m.id != model.id), None)
+    if other is not None:  # one model per request: its response names it
+        raise ApiError(400, f"source 'auto': text[0] looks {language_name(model.source)} and text[{other}] "
+                       f"{language_name(resolved[other][0].source)}; send one language per request (or use /translate, "
+                       "which translates each text from its own language)")
     masked, sources = service.encode(model, texts, "text", char_limit)
     key = BatchKey(model.id, body.beam_size, body.n_best, body.length_penalty, body.max_length,
                    attention=body.alignments or body.include_attention)

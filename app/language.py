@@ -1,0 +1,65 @@
+"""Which language a text is in: POST /detect and source 'auto', over every language the detector
+knows, not just the served ones (a French text is "fr" even where only en and de are served).
+
+The detector is lingua (lingua-language-detector, 75 languages), chosen by measurement against
+cld2, LibreTranslate's cld2 + lingua, and langdetect on UI strings and sentences of 25 languages
+(`bench/langid.py`, BENCHMARKS.md): it is right most often on short texts (79.5% against 72-73%)
+and long ones (98.2% against 95-96%). Its cost is memory: ~1.2 GB with every language's models
+loaded (they load as texts need them); NMT_DETECT_LANGUAGES narrows the languages, and
+NMT_DETECT_LOW_ACCURACY takes its small models instead (~80 MB, 66% / 95%).
+"""
+
+from __future__ import annotations
+
+import threading
+
+MIN_SHARE = 0.2  # 'auto' takes a served language whose confidence is at least this share of the best one's
+CLEAR = 50.0  # ... or any served candidate when no language reaches this confidence (short texts)
+
+
+class LanguageDetector:
+    def __init__(self, languages: list[str] | None = None, low_accuracy: bool = False):
+        from lingua import IsoCode639_1, Language, LanguageDetectorBuilder
+
+        known = {language.iso_code_639_1.name.lower() for language in Language.all()}
+        unknown = sorted(set(languages or []) - known)
+        if unknown:
+            raise ValueError(f"NMT_DETECT_LANGUAGES: {', '.join(unknown)} unknown to the detector; it knows "
+                             f"{', '.join(sorted(known))}")
+        if languages and len(set(languages)) < 2:
+            raise ValueError("NMT_DETECT_LANGUAGES: give at least two languages to choose among")
+        builder = (LanguageDetectorBuilder.from_iso_codes_639_1(*[getattr(IsoCode639_1, c.upper()) for c in languages])
+                   if languages else LanguageDetectorBuilder.from_all_languages())
+        self.detector = (builder.with_low_accuracy_mode() if low_accuracy else builder).build()
+        self.languages = sorted(set(languages) if languages else known)
+        self._lock = threading.Lock()  # models load on first use; one thread at a time loads them
+
+    def detect(self, text: str, candidates: int | None = 3) -> list[tuple[str, float]]:
+        """The likeliest languages of `text` (ISO 639-1 codes) with their confidence in percent,
+        best first; [] for a text without letters."""
+        if not any(c.isalpha() for c in text):
+            return []
+        with self._lock:
+            values = self.detector.compute_language_confidence_values(text)
+        return [(v.language.iso_code_639_1.name.lower(), 100.0 * v.value) for v in values[:candidates] if v.value > 0]
+
+    def choose(self, text: str, served: list[str]) -> tuple[str, float, list[tuple[str, float]]]:
+        """(the served language to translate `text` from, its confidence, the best candidates).
+
+        The likeliest served language is taken when it is at least MIN_SHARE as likely as the best
+        candidate, or when no language is CLEAR: short texts rarely are ("Hello world." looks a
+        little Maori to lingua), and refusing them would fail most UI strings. A text clearly in
+        a language no model translates gets ('', 0, candidates)."""
+        found = self.detect(text, candidates=None)
+        ours = [(language, confidence) for language, confidence in found if language in served]
+        if ours and (ours[0][1] >= MIN_SHARE * found[0][1] or found[0][1] < CLEAR):
+            return ours[0][0], ours[0][1], found[:3]
+        return "", 0.0, found[:3]
+
+
+def language_name(code: str) -> str:
+    """The English name lingua gives a language ('mi' -> 'Maori'), else the code."""
+    from lingua import IsoCode639_1, Language
+
+    iso = getattr(IsoCode639_1, code.upper(), None)
+    return Language.from_iso_code_639_1(iso).name.title() if iso is not None else code

@@ -11,6 +11,7 @@ NMT_MAX_SEGMENTS sentences, all within NMT_FILE_TIMEOUT_S.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from urllib.parse import quote
 
@@ -26,6 +27,7 @@ from app.scheduler import BatchKey
 from model.clean import clean_text
 
 router = APIRouter(tags=["libretranslate"])
+log = logging.getLogger("uvicorn.error")
 
 FILE_FORM = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
     "type": "object", "required": ["file", "source", "target"],
@@ -89,7 +91,12 @@ async def translate_file(request: Request, service: ServiceDep):
         translations += [r.hypotheses[0].text for r in outcome.results]
     found = iter(translations)
     rebuilt = [part.join([next(found) for _ in part.sentences]) for part in parts]
-    data = await asyncio.to_thread(extracted.write, rebuilt, model.target)
+    try:
+        data = await asyncio.to_thread(extracted.write, rebuilt, model.target)
+    except Exception as e:  # a library refusing what it read itself: say so rather than fail with a 500
+        log.exception("writing %s back failed", upload.filename)
+        raise ApiError(400, f"{upload.filename}: translated, but it cannot be written back as "
+                       f"{documents.extension(upload.filename)} ({type(e).__name__}: {e})") from None
     name = documents.output_name(upload.filename, model.target)
     file_id = service.files.put(name, data)
     if file_id is None:

@@ -1,18 +1,21 @@
 """Stored cross-attention of translations, and the views GET /v1/alignments/{id} offers of it.
 
-The store is an LRU bounded by entry count and by the bytes of the stored arrays, with a TTL; it
-is touched from the event loop (put) and from the threadpool (get), hence the lock.
+An alignment lives in the service's storage (app/storage.py) under "alignment:<id>" for
+NMT_ALIGNMENT_TTL_S: a JSON header line (model, tokens, shape) and the attention as float16
+bytes (half of float32, 3 significant digits: what the viewer draws), so a replica finds what
+another stored. In this process the store keeps at most NMT_ALIGNMENT_MAX_ITEMS of them within
+NMT_ALIGNMENT_MAX_BYTES, the least recently used going first.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-import uuid
-from collections import OrderedDict
+import json
+import secrets
 from dataclasses import dataclass
 
 import numpy as np
+
+from app.storage import Storage
 
 EOS = "</s>"
 WORD_START = "\u2581"  # SentencePiece's "▁": the piece begins a word
@@ -23,59 +26,38 @@ class Alignment:
     model: str
     source_tokens: list[str]  # columns, EOS included
     target_tokens: list[str]  # rows, EOS included when the hypothesis ended with it
-    attention: np.ndarray  # (layers, heads, target, source), float32, rows sum to 1
-    expires: float = 0.0
+    attention: np.ndarray  # (layers, heads, target, source), rows sum to 1
 
-    @property
-    def nbytes(self) -> int:
-        return self.attention.nbytes
+    def to_bytes(self) -> bytes:
+        header = {"model": self.model, "source_tokens": self.source_tokens, "target_tokens": self.target_tokens,
+                  "shape": list(self.attention.shape)}
+        return json.dumps(header).encode() + b"\n" + np.ascontiguousarray(self.attention, dtype="<f2").tobytes()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Alignment:
+        header, _, array = data.partition(b"\n")
+        fields = json.loads(header)
+        attention = np.frombuffer(array, dtype="<f2").astype(np.float32).reshape(fields["shape"])
+        return cls(fields["model"], fields["source_tokens"], fields["target_tokens"], attention)
 
 
 class AlignmentStore:
-    def __init__(self, max_items: int, max_bytes: int, ttl_s: float, clock=time.monotonic):
-        self.max_items, self.max_bytes, self.ttl_s, self.clock = max_items, max_bytes, ttl_s, clock
-        self._entries: OrderedDict[str, Alignment] = OrderedDict()
-        self._lock = threading.Lock()
-        self.bytes = 0
+    def __init__(self, storage: Storage, ttl_s: float, max_bytes: int):
+        self.storage, self.ttl_s, self.max_bytes = storage, ttl_s, max_bytes
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def put(self, alignment: Alignment) -> str | None:
+    async def put(self, alignment: Alignment) -> str | None:
         """Store it and return its id; None when it alone exceeds the byte bound (or the store is off)."""
-        if alignment.nbytes > self.max_bytes or self.max_items == 0:
+        data = alignment.to_bytes()
+        if len(data) > self.max_bytes:
             return None
-        key = uuid.uuid4().hex
-        with self._lock:
-            alignment.expires = self.clock() + self.ttl_s
-            self._entries[key] = alignment
-            self.bytes += alignment.nbytes
-            self._expire()
-            while len(self._entries) > self.max_items or self.bytes > self.max_bytes:
-                self._pop_oldest()
-        return key
+        key = secrets.token_hex(16)
+        return key if await self.storage.put(f"alignment:{key}", data, self.ttl_s) else None
 
-    def get(self, key: str) -> Alignment | None:
-        with self._lock:
-            alignment = self._entries.get(key)
-            if alignment is None:
-                return None
-            if alignment.expires <= self.clock():
-                self.bytes -= self._entries.pop(key).nbytes
-                return None
-            self._entries.move_to_end(key)
-            return alignment
-
-    def _expire(self) -> None:
-        # Least recently used first is not quite expiry order (a lookup moves an entry back but
-        # keeps its expiry), so an expired entry can outlive this sweep; get() checks its own.
-        now = self.clock()
-        while self._entries and next(iter(self._entries.values())).expires <= now:
-            self._pop_oldest()
-
-    def _pop_oldest(self) -> None:
-        _, alignment = self._entries.popitem(last=False)
-        self.bytes -= alignment.nbytes
+    async def get(self, key: str) -> Alignment | None:
+        if not key.isalnum():
+            return None
+        data = await self.storage.get(f"alignment:{key}")
+        return None if data is None else Alignment.from_bytes(data)
 
 
 def select(attention: np.ndarray, axis: int, choice: int | str | None) -> np.ndarray:

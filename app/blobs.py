@@ -1,49 +1,31 @@
-"""Translated files waiting to be downloaded: bytes under a random id, for NMT_FILE_TTL_S,
-within NMT_FILE_STORE_BYTES (the oldest go first when a new one needs the room)."""
+"""Translated files waiting to be downloaded, in the service's storage (app/storage.py) under a
+random id for NMT_FILE_TTL_S: in this process within NMT_FILE_STORE_BYTES (the oldest go first),
+or in Redis, where every replica finds them."""
 
 from __future__ import annotations
 
+import json
 import secrets
-import threading
-import time
-from collections import OrderedDict
-from dataclasses import dataclass
+
+from app.storage import Storage
 
 
-@dataclass
-class Blob:
-    name: str  # the file name a download gets
-    data: bytes
-    expires: float
+class FileStore:
+    def __init__(self, storage: Storage, ttl_s: float):
+        self.storage, self.ttl_s = storage, ttl_s
 
+    async def put(self, name: str, data: bytes) -> str | None:
+        """Its id; None when it alone is larger than the store takes."""
+        file_id = secrets.token_hex(16)
+        header = json.dumps({"name": name}).encode() + b"\n"
+        return file_id if await self.storage.put(f"file:{file_id}", header + data, self.ttl_s) else None
 
-class BlobStore:
-    def __init__(self, max_bytes: int, ttl_s: float, clock=time.monotonic):
-        self.max_bytes, self.ttl_s, self.clock = max_bytes, ttl_s, clock
-        self._blobs: OrderedDict[str, Blob] = OrderedDict()  # oldest first
-        self._lock = threading.Lock()
-        self.bytes = 0
-
-    def __len__(self) -> int:
-        return len(self._blobs)
-
-    def put(self, name: str, data: bytes) -> str | None:
-        """Its id; None when it alone is larger than the store."""
-        if len(data) > self.max_bytes:
+    async def get(self, file_id: str) -> tuple[str, bytes] | None:
+        """(name, data), or None when it expired, was evicted or never existed."""
+        if not file_id.isalnum():
             return None
-        key = secrets.token_hex(16)
-        with self._lock:
-            now = self.clock()
-            while self._blobs and (next(iter(self._blobs.values())).expires <= now
-                                   or self.bytes + len(data) > self.max_bytes):
-                self.bytes -= len(self._blobs.popitem(last=False)[1].data)
-            self._blobs[key] = Blob(name, data, now + self.ttl_s)
-            self.bytes += len(data)
-        return key
-
-    def get(self, key: str) -> Blob | None:
-        with self._lock:
-            blob = self._blobs.get(key)
-            if blob is None or blob.expires <= self.clock():
-                return None
-            return blob
+        value = await self.storage.get(f"file:{file_id}")
+        if value is None:
+            return None
+        header, _, data = value.partition(b"\n")
+        return json.loads(header)["name"], data

@@ -14,6 +14,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
+from app.storage import StorageUnavailable
+
 log = logging.getLogger("uvicorn.error")
 
 
@@ -98,6 +100,11 @@ def install(app: FastAPI) -> None:
         if exc.status_code == 404 and message == "Not Found":
             message = f"no route {request.method} {request.url.path}; see /docs"
         return error_response(exc.status_code, message, getattr(exc, "headers", None))
+
+    @app.exception_handler(StorageUnavailable)
+    async def storage_unavailable(request: Request, exc: StorageUnavailable):
+        return error_response(503, f"this needs the shared store, which is unavailable: {exc}; translation without "
+                              "it still works (alignments, files and keys in Redis do not)")
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):

@@ -1,6 +1,7 @@
 """API keys with limits, as LibreTranslate has them: each key has `req_limit` (requests per minute)
-and optionally `char_limit` (characters per text), kept in one SQLite file (NMT_KEYS_DB; nothing
-to run) and managed with `nmt keys add|list|remove` while the server runs.
+and optionally `char_limit` (characters per text), managed with `nmt keys add|list|remove` while
+the server runs. They live in one SQLite file (NMT_KEYS_DB; nothing to run), or with
+NMT_REDIS_URL in a Redis hash every replica reads (no TTL, so Redis never evicts them).
 
 A key is looked up by its SHA-256 (the index compares digests, not the secret), and the stored
 key is then compared with `hmac.compare_digest`, so how long a lookup takes tells nothing about
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import hmac
+import json
 import secrets
 import sqlite3
 import threading
@@ -108,12 +110,73 @@ class KeyStore:
                 self._db = None
 
 
+class RedisKeyStore:
+    """The same keys in the Redis hash `nmt:api_keys` (field: the key's SHA-256)."""
+
+    HASH = "nmt:api_keys"
+
+    def __init__(self, url: str):
+        import redis
+
+        self.path = url  # what messages name
+        self.client = redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
+
+    def _call(self, operation, *args):
+        import redis
+
+        from app.storage import StorageUnavailable
+
+        try:
+            return operation(*args)
+        except (redis.RedisError, OSError) as e:
+            raise StorageUnavailable(f"Redis at {self.path} cannot be reached ({type(e).__name__}: {e})") from None
+
+    def lookup(self, key: str) -> ApiKey | None:
+        found = self._call(self.client.hget, self.HASH, _digest(key))
+        if found is None:
+            return None
+        fields = json.loads(found)
+        if not hmac.compare_digest(fields["key"].encode(), key.encode("utf-8", "surrogatepass")):
+            return None
+        return ApiKey(fields["key"], fields["req_limit"], fields["char_limit"])
+
+    def add(self, req_limit: int, key: str | None = None, char_limit: int | None = None) -> ApiKey:
+        if req_limit < 0 or (char_limit is not None and char_limit < 0):
+            raise ValueError("req_limit and char_limit must not be negative")
+        key = key or secrets.token_urlsafe(24)
+        record = {"key": key, "req_limit": req_limit, "char_limit": char_limit or None, "created": time.time()}
+        self._call(self.client.hset, self.HASH, _digest(key), json.dumps(record))
+        return ApiKey(key, req_limit, char_limit or None)
+
+    def remove(self, key: str) -> bool:
+        return self._call(self.client.hdel, self.HASH, _digest(key)) > 0
+
+    def all(self) -> list[ApiKey]:
+        records = sorted((json.loads(v) for v in self._call(self.client.hvals, self.HASH)), key=lambda r: r["created"])
+        return [ApiKey(r["key"], r["req_limit"], r["char_limit"]) for r in records]
+
+    def __bool__(self) -> bool:
+        try:
+            return self._call(self.client.hlen, self.HASH) > 0
+        except Exception:
+            return False
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def open_keys(keys_db: str, redis_url: str = "") -> KeyStore | RedisKeyStore:
+    return RedisKeyStore(redis_url) if redis_url else KeyStore(keys_db)
+
+
 # --- nmt keys ---------------------------------------------------------------------------------
 
 def keys_command(args) -> None:
     from app.settings import Settings
 
-    store = KeyStore(args.db or Settings().keys_db)
+    settings = Settings()
+    redis_url = args.redis if args.redis is not None else settings.redis_url
+    store = open_keys(args.db or settings.keys_db, "" if args.db else redis_url)
     if args.action == "add":
         print(store.add(args.req_limit, args.key, args.char_limit).key)
     elif args.action == "remove":
@@ -132,6 +195,7 @@ def keys_command(args) -> None:
 
 def add_keys_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", default=None, help="the keys' SQLite file (default: NMT_KEYS_DB or db/api_keys.db)")
+    p.add_argument("--redis", default=None, help="the Redis the servers share (default: NMT_REDIS_URL); keys go there")
     actions = p.add_subparsers(dest="action")
     add = actions.add_parser("add", help="add a key (prints it)")
     add.add_argument("req_limit", type=int, help="requests per minute (0: no limit)")

@@ -45,6 +45,10 @@ class Metrics:
                                      registry=r)
         self.rate_limited = Counter("nmt_rate_limited", "Calls refused with 429 for a client's requests per minute "
                                     "(NMT_REQ_LIMIT, a key's req_limit).", registry=r)
+        self.cache_lookups = Counter("nmt_cache_lookups", "Translation cache lookups by result (hit rate: "
+                                     "hit / (hit + miss)).", ["result"], registry=r)
+        self.storage_errors = Counter("nmt_storage_errors", "Calls to the shared store (Redis) that failed, by "
+                                      "what needed it.", ["use"], registry=r)
         self.files = Counter("nmt_translated_files", "Files translated, by extension.", ["extension"], registry=r)
         self.file_bytes = Gauge("nmt_translated_file_bytes", "Bytes of translated files waiting to be downloaded.",
                                 registry=r)

@@ -303,3 +303,6 @@ class Ready(BaseModel):
     reason: str | None = Field(None, description="Why not, when not ready.", examples=[None])
     models: list[str] = Field(description="Served model ids.", examples=[["en-de"]])
     workers: list[WorkerStatus] = Field(description="Each worker's state.")
+    storage: str = Field("ok", description="'ok', or why the shared store (Redis, NMT_REDIS_URL) cannot be used: "
+                         "translation goes on, while alignments, files, shared limits and the cache wait for it.",
+                         examples=["ok"])

@@ -7,6 +7,7 @@ language detector (app/language.py) serves POST /detect and source 'auto'.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -39,7 +40,7 @@ class ServedModel:
     config: ModelConfig
     tokenizer: Tokenizer
     parameters: int
-
+    fingerprint: str = ""  # SHA-256 of its weights file: a cached translation belongs to these weights
     @property
     def max_source_tokens(self) -> int:
         return self.config.max_positions
@@ -74,7 +75,16 @@ def load_model(directory: str | Path) -> ServedModel:
     if not source or not target:
         raise CheckpointError(f"{header.directory / 'metadata.json'}: needs source_lang and target_lang")
     return ServedModel(f"{source}-{target}", source, target, header.directory, header.config,
-                       Tokenizer.from_dir(header.directory, header.config), header.parameters)
+                       Tokenizer.from_dir(header.directory, header.config), header.parameters,
+                       _file_hash(header.directory / "model.safetensors"))
+
+
+def _file_hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(2**20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 class Registry:

@@ -1,4 +1,5 @@
-"""What the routes share: the served models, the scheduler, the workers, the alignment store.
+"""What the routes share: the served models, the scheduler, the workers, the storage (alignments,
+files, rate-limit counts).
 
 A route validates its body, tokenizes with `encode` (which counts tokens against the model's
 limit; the LibreTranslate route, which goes sentence by sentence, uses its two halves `accept_texts`
@@ -21,15 +22,17 @@ from dataclasses import dataclass
 from starlette.requests import Request
 
 from app.alignments import AlignmentStore
-from app.blobs import BlobStore
+from app.blobs import FileStore
+from app.cache import TranslationCache
 from app.errors import ApiError
-from app.keys import ApiKey, KeyStore
+from app.keys import ApiKey, open_keys
 from app.language import LanguageDetector
-from app.limits import MemoryCounters, RateLimiter
+from app.limits import RateLimiter
 from app.metrics import Metrics
 from app.registry import Registry, ServedModel
 from app.scheduler import BatchKey, QueueFull, Scheduler, ShuttingDown
 from app.settings import Settings
+from app.storage import MemoryStorage, StorageUnavailable, open_storage
 from app.suggestions import SuggestionStore
 from app.worker import WorkerError, WorkerPool
 from model import protect
@@ -71,12 +74,13 @@ class Service:
     def __init__(self, settings: Settings):
         self.settings = settings
         self.metrics = Metrics()
-        self.store = AlignmentStore(settings.alignment_max_items, settings.alignment_max_bytes,
-                                    settings.alignment_ttl_s)
-        self.keys = KeyStore(settings.keys_db)
+        self.storage = open_storage(settings)  # shared with other replicas when it is Redis
+        self.alignments = AlignmentStore(self.storage, settings.alignment_ttl_s, settings.alignment_max_bytes)
+        self.limiter = RateLimiter(self.storage)
+        self.files = FileStore(self.storage, settings.file_ttl_s)
+        self.cache: TranslationCache | None = None  # made in start(), with the models' fingerprints
+        self.keys = open_keys(settings.keys_db, settings.redis_url)
         self.suggestions = SuggestionStore(settings.suggestions_db)
-        self.files = BlobStore(settings.file_store_bytes, settings.file_ttl_s)
-        self.limiter = RateLimiter(MemoryCounters())
         self.registry: Registry | None = None
         self.pool: WorkerPool | None = None
         self.scheduler: Scheduler | None = None
@@ -88,6 +92,9 @@ class Service:
         detector = None if s.detect_languages == ["none"] else LanguageDetector(s.detect_languages,
                                                                                  s.detect_low_accuracy)
         self.registry = Registry.load(s.model_dirs, detector)
+        if s.cache:
+            self.cache = TranslationCache(self.storage, s.cache_ttl_s,
+                                          {model_id: model.fingerprint for model_id, model in self.registry.models.items()})
         cuda = visible_cuda_devices() if s.device != "cpu" else 0
         self.device_kind, devices, threads = s.worker_layout(cuda)
         m = self.metrics
@@ -103,9 +110,10 @@ class Service:
         m.batches_in_flight.set_function(lambda: self.scheduler.in_flight)
         m.workers_alive.set_function(lambda: sum(w.alive for w in self.pool.workers))
         m.worker_restarts.set_function(lambda: sum(w.restarts for w in self.pool.workers))
-        m.alignments.set_function(lambda: len(self.store))
-        m.alignment_bytes.set_function(lambda: self.store.bytes)
-        m.file_bytes.set_function(lambda: self.files.bytes)
+        local = self.storage if isinstance(self.storage, MemoryStorage) else None  # Redis: see Redis' own metrics
+        m.alignments.set_function(lambda: local.count("alignment") if local else 0)
+        m.alignment_bytes.set_function(lambda: local.bytes.get("alignment", 0) if local else 0)
+        m.file_bytes.set_function(lambda: local.bytes.get("file", 0) if local else 0)
         self.pool.start()
         self.scheduler.start()
         self.started = True
@@ -118,6 +126,7 @@ class Service:
             await self.scheduler.stop(self.settings.shutdown_timeout_s)
         if self.pool:
             await self.pool.stop()
+        await self.storage.close()
 
     def _observe_batch(self, key: BatchKey, items: int, tokens: int) -> None:
         self.metrics.batch_size.observe(items)
@@ -139,7 +148,7 @@ class Service:
             return request.headers["x-forwarded-for"].split(",")[0].strip()
         return request.client.host if request.client else "unknown"
 
-    def admit(self, request: Request, key: str | None, cost: int = 1) -> int:
+    async def admit(self, request: Request, key: str | None, cost: int = 1) -> int:
         """Check the API key and count the call against its client's requests per minute
         (app/limits.py): a 403 for a wrong or missing key, a 429 past the limit. Returns the
         characters a text of this call may have."""
@@ -150,7 +159,7 @@ class Service:
             if any(hmac.compare_digest(encoded, k.encode()) for k in s.api_keys):
                 api_key = ApiKey(key, 0, None)
             else:
-                api_key = self.keys.lookup(key)
+                api_key = await asyncio.to_thread(self.keys.lookup, key)
             if api_key is None:
                 raise ApiError(403, "Invalid API key")
         elif s.require_api_key or s.api_keys:
@@ -159,7 +168,12 @@ class Service:
             client, limit = "key:" + hashlib.sha256(encoded).hexdigest()[:32], api_key.req_limit
         else:
             client, limit = "address:" + self.client_address(request), s.req_limit
-        retry_after = self.limiter.admit(client, limit, cost)
+        try:
+            retry_after = await self.limiter.admit(client, limit, cost)
+        except StorageUnavailable as e:  # translation goes on without shared counts; /ready says why
+            log.warning("rate limit not counted: %s", e)
+            self.metrics.storage_errors.labels("limit").inc()
+            retry_after = None
         if retry_after is not None:
             self.metrics.rate_limited.inc()
             raise ApiError(429, f"Slowdown: {limit} per 1 minute", {"Retry-After": str(math.ceil(retry_after))})
@@ -247,9 +261,24 @@ class Service:
 
     async def translate(self, request: Request, key: BatchKey, sources: list[list[int]],
                         timeout_s: float | None = None) -> Outcome:
-        """Translate `sources` as one job, within `timeout_s` (default NMT_REQUEST_TIMEOUT_S)."""
+        """Translate `sources` as one job, within `timeout_s` (default NMT_REQUEST_TIMEOUT_S); what
+        the translation cache (app/cache.py) has is not decoded again."""
+        cache_keys, results = [], [None] * len(sources)
+        if self.cache is not None and not key.attention:
+            cache_keys = [self.cache.key(key, self.dtype, source) for source in sources]
+            try:
+                results = await self.cache.get(cache_keys)
+            except StorageUnavailable as e:  # decode everything
+                log.warning("translation cache skipped: %s", e)
+                self.metrics.storage_errors.labels("cache").inc()
+            hits = sum(r is not None for r in results)
+            self.metrics.cache_lookups.labels("hit").inc(hits)
+            self.metrics.cache_lookups.labels("miss").inc(len(sources) - hits)
+        missing = [i for i, r in enumerate(results) if r is None]
+        if not missing:
+            return Outcome(results, 0.0, 0.0)
         try:
-            job = self.scheduler.submit(key, sources)
+            job = self.scheduler.submit(key, [sources[i] for i in missing])
         except QueueFull as e:
             raise ApiError(429, f"too busy: {e}") from None
         except ShuttingDown as e:
@@ -270,18 +299,26 @@ class Service:
                            "(NMT_REQUEST_TIMEOUT_S, NMT_FILE_TIMEOUT_S for files); retry, or send fewer or shorter "
                            "texts")
         try:
-            results = job.future.result()
+            decoded = job.future.result()
         except (WorkerError, ShuttingDown) as e:
             raise ApiError(503, f"translation failed: {e}; retry") from None
+        if cache_keys:
+            try:  # before the routes put spans back into these results (in place)
+                await self.cache.put([cache_keys[i] for i in missing], decoded)
+            except StorageUnavailable as e:
+                log.warning("translation not cached: %s", e)
+                self.metrics.storage_errors.labels("cache").inc()
+        for i, result in zip(missing, decoded):
+            results[i] = result
         queue_s = job.started - job.arrived
         compute_s = job.finished - job.started
         m = self.metrics
         m.queue_wait.labels(key.model).observe(queue_s)
         m.compute.labels(key.model).observe(compute_s)
-        m.items.labels(key.model).inc(len(results))
+        m.items.labels(key.model).inc(len(decoded))
         m.generated_tokens.labels(key.model).inc(
-            sum(len(h.token_ids) + h.ended_with_eos for r in results for h in r.hypotheses))
-        hypotheses = [h for r in results for h in r.hypotheses]
+            sum(len(h.token_ids) + h.ended_with_eos for r in decoded for h in r.hypotheses))
+        hypotheses = [h for r in decoded for h in r.hypotheses]
         m.span_repairs.labels(key.model, "inserted").inc(sum(len(h.spans_inserted) for h in hypotheses))
         m.span_repairs.labels(key.model, "removed").inc(sum(len(h.spans_removed) for h in hypotheses))
         m.repaired.labels(key.model).inc(sum(h.repaired for h in hypotheses))

@@ -85,6 +85,13 @@ class Settings(BaseSettings):
                                         "models once loaded; 'none': detection off.")
     detect_low_accuracy: bool = Field(False, description="Detect with lingua's small models (~80 MB; on UI strings "
                                       "66% right instead of 80%, see bench/langid.py).")
+    cache: bool = Field(True, description="Translation cache: the same text, model and options decoded once "
+                        "(app/cache.py); never for calls with attention or alignments.")
+    cache_bytes: int = Field(64 * 2**20, ge=0, description="Bytes of cached translations this process keeps.")
+    cache_ttl_s: float = Field(86400.0, gt=0, description="Seconds a cached translation lives.")
+    redis_url: str = Field("", description="Redis shared by every replica (redis://host:6379/0): rate-limit counts, "
+                           "translated files, alignments and the translation cache (app/storage.py); empty: this "
+                           "process keeps them.")
     host: str = Field("127.0.0.1", description="Bind address of `nmt serve`.")
     port: int = Field(8000, ge=0, le=65535, description="Port of `nmt serve`.")
     worker_start_timeout_s: float = Field(600.0, gt=0, description="Longest a worker may take to load its models.")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 from numpy.testing import assert_allclose
 
 from app.alignments import Alignment, AlignmentStore, hard_alignment, select, to_words, words
+from app.storage import MemoryStorage
 
 
 def attention(layers=2, heads=3, target=4, source=5, seed=0) -> np.ndarray:
@@ -25,37 +28,53 @@ class Clock:
         return self.now
 
 
+def memory_store(max_items=100, max_bytes=1 << 30, ttl_s=60.0, clock=None) -> AlignmentStore:
+    storage = MemoryStorage({"alignment": max_bytes}, clock or Clock(), max_items={"alignment": max_items})
+    return AlignmentStore(storage, ttl_s, max_bytes)
+
+
+def test_alignment_round_trips_as_float16():
+    stored = entry()
+    back = Alignment.from_bytes(stored.to_bytes())
+    assert (back.model, back.source_tokens, back.target_tokens) == (stored.model, stored.source_tokens,
+                                                                    stored.target_tokens)
+    assert back.attention.dtype == np.float32 and back.attention.shape == stored.attention.shape
+    assert_allclose(back.attention, stored.attention, atol=5e-4)
+    assert len(stored.to_bytes()) < stored.attention.nbytes // 2 + 200  # half of float32, and a header
+
+
 def test_store_evicts_least_recently_used_beyond_count():
-    store = AlignmentStore(max_items=2, max_bytes=1 << 30, ttl_s=60)
-    a, b = store.put(entry()), store.put(entry())
-    assert store.get(a) is not None  # a is now the most recently used
-    c = store.put(entry())
-    assert store.get(b) is None and store.get(a) is not None and store.get(c) is not None
-    assert len(store) == 2
+    store = memory_store(max_items=2)
+    run = asyncio.run
+    a, b = run(store.put(entry())), run(store.put(entry()))
+    assert run(store.get(a)) is not None  # a is now the most recently used
+    c = run(store.put(entry()))
+    assert run(store.get(b)) is None and run(store.get(a)) is not None and run(store.get(c)) is not None
+    assert store.storage.count("alignment") == 2
 
 
-def test_store_bounds_bytes_and_counts_array_bytes():
-    one = entry().nbytes
-    assert one == 2 * 3 * 4 * 5 * 4  # float32
-    store = AlignmentStore(max_items=100, max_bytes=3 * one, ttl_s=60)
-    ids = [store.put(entry()) for _ in range(5)]
-    assert len(store) == 3 and store.bytes == 3 * one
-    assert [store.get(i) is not None for i in ids] == [False, False, True, True, True]
-    assert AlignmentStore(100, one - 1, 60).put(entry()) is None  # too big on its own: not stored
+def test_store_bounds_bytes():
+    one = len(entry().to_bytes())
+    store = memory_store(max_bytes=3 * one)
+    run = asyncio.run
+    ids = [run(store.put(entry())) for _ in range(5)]
+    assert store.storage.count("alignment") == 3 and store.storage.bytes["alignment"] == 3 * one
+    assert [run(store.get(i)) is not None for i in ids] == [False, False, True, True, True]
+    assert run(memory_store(max_bytes=one - 1).put(entry())) is None  # too big on its own: not stored
+    assert run(store.get("../etc")) is None
 
 
 def test_store_ttl():
     clock = Clock()
-    store = AlignmentStore(max_items=10, max_bytes=1 << 30, ttl_s=10, clock=clock)
-    old = store.put(entry())
+    store = memory_store(ttl_s=10, clock=clock)
+    run = asyncio.run
+    old = run(store.put(entry()))
     clock.now = 5
-    young = store.put(entry())
+    young = run(store.put(entry()))
     clock.now = 11
-    assert store.get(old) is None and store.get(young) is not None
+    assert run(store.get(old)) is None and run(store.get(young)) is not None
     clock.now = 16
-    assert store.get(young) is None
-    store.put(entry())
-    assert len(store) == 1 and store.bytes == entry().nbytes
+    assert run(store.get(young)) is None
 
 
 def test_words_merge_pieces_and_keep_eos_alone():

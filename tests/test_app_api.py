@@ -92,7 +92,7 @@ def test_translate_list_with_alternatives_alignments_and_attention(client, offli
         assert t["target_tokens"] == e.hypotheses[0].target_tokens
         attention = torch.tensor(t["attention"])
         assert attention.shape == (2, 4, len(t["target_tokens"]), len(t["source_tokens"]))
-        torch.testing.assert_close(attention.sum(-1), torch.ones(attention.shape[:3]), atol=1e-4, rtol=0)
+        torch.testing.assert_close(attention.sum(-1), torch.ones(attention.shape[:3]), atol=2e-3, rtol=0)
 
 
 def test_second_model_serves_its_own_pair(client, de_en):
@@ -111,7 +111,9 @@ def test_alignment_views(client):
     full = client.get(path).json()
     assert full["model"] == "en-de" and (full["layers"], full["heads"]) == (2, 4)
     assert full["granularity"] == "subword" and full["layer"] is None and full["head"] is None
-    assert full["source_tokens"] == t["source_tokens"] and full["attention"] == t["attention"]
+    assert full["source_tokens"] == t["source_tokens"]
+    # stored as float16 (3 significant digits), returned inline as computed
+    torch.testing.assert_close(torch.tensor(full["attention"]), torch.tensor(t["attention"]), atol=1e-3, rtol=0)
     assert full["hard_alignment"] is None
 
     one = client.get(path, params={"layer": 1, "head": "mean"}).json()
@@ -125,7 +127,7 @@ def test_alignment_views(client):
     assert words["source_tokens"][-1] == "</s>" and words["source_tokens"][0] == "The"
     attention = torch.tensor(words["attention"])
     assert attention.shape[:2] == (1, 4)
-    torch.testing.assert_close(attention.sum(-1), torch.ones(attention.shape[:3]), atol=1e-4, rtol=0)
+    torch.testing.assert_close(attention.sum(-1), torch.ones(attention.shape[:3]), atol=2e-3, rtol=0)
     pairs = [tuple(map(int, p.split("-"))) for p in words["hard_alignment"].split()]
     eos_rows = words["target_tokens"][-1:] == ["</s>"]
     assert len(pairs) == len(words["target_tokens"]) - eos_rows
@@ -214,7 +216,7 @@ def test_api_keys(client, monkeypatch):
 def test_queue_full_is_429(client, monkeypatch):
     monkeypatch.setattr(client.app.state.service.scheduler, "max_queue_items", 0)
     assert "too busy" in error(client, "POST", "/v1/translate", status=429,
-                               json={"text": "Hi", "source": "en", "target": "de"})
+                               json={"text": "A text never translated before.", "source": "en", "target": "de"})
 
 
 # --- LibreTranslate --------------------------------------------------------------------------

@@ -37,7 +37,7 @@ def wait_until(check, seconds: float = 60.0):
 
 @pytest.fixture(scope="module")
 def url(tiny_checkpoint):
-    settings = Settings(model_dirs=[str(tiny_checkpoint)], workers=1, threads_per_worker=1, fault_injection=True,
+    settings = Settings(model_dirs=[str(tiny_checkpoint)], workers=1, threads_per_worker=1, fault_injection=True, cache=False,
                         request_timeout_s=TIMEOUT_S, max_wait_ms=30, dtype="float32")
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))

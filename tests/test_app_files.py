@@ -212,7 +212,7 @@ def test_many_sentences_go_in_several_jobs(client):
 
 
 def test_download_expires(client, monkeypatch):
-    store = client.app.state.service.files
+    store = client.app.state.service.storage
     url = client.post("/translate_file", files={"file": ("a.txt", b"Open the file.")},
                       data={"source": "en", "target": "de"}).json()["translatedFileUrl"]
     assert client.get(url).status_code == 200

@@ -4,14 +4,16 @@ and a key's char_limit."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 
 import pytest
 
 from app.keys import KeyStore
-from app.limits import MemoryCounters, RateLimiter
+from app.limits import RateLimiter
 from app.settings import Settings
+from app.storage import MemoryStorage
 from tests.conftest import ready_client
 
 
@@ -25,27 +27,33 @@ class Clock:
 
 def test_rate_limiter_counts_a_sliding_minute_and_says_when_to_retry():
     clock = Clock()
-    limiter = RateLimiter(MemoryCounters(clock), clock)
-    assert all(limiter.admit("a", 3) is None for _ in range(3))
-    retry = limiter.admit("a", 3)
+    limiter = RateLimiter(MemoryStorage(), clock)
+    admit = lambda client, limit, cost=1: asyncio.run(limiter.admit(client, limit, cost))  # noqa: E731
+    assert all(admit("a", 3) is None for _ in range(3))
+    retry = admit("a", 3)
     assert retry == pytest.approx(40.0)  # the current minute is full: its end
-    assert limiter.admit("b", 3) is None  # clients are counted apart
-    assert limiter.admit("a", 0) is None  # 0: no limit
+    assert admit("b", 3) is None  # clients are counted apart
+    assert admit("a", 0) is None  # 0: no limit
     clock.now += 45  # 5 s into the next minute: the previous one still weighs 55/60 x 3 = 2.75
-    assert limiter.admit("a", 3) is None  # 2.75 < 3
-    assert limiter.admit("a", 3) is not None  # 2.75 + 1 >= 3
+    assert admit("a", 3) is None  # 2.75 < 3
+    assert admit("a", 3) is not None  # 2.75 + 1 >= 3
     clock.now += 60
-    assert limiter.admit("a", 3) is None
-    assert limiter.admit("c", 2, cost=5) is None and limiter.admit("c", 2) is not None  # a batch counts its texts
+    assert admit("a", 3) is None
+    assert admit("c", 2, cost=5) is None and admit("c", 2) is not None  # a batch counts its texts
 
 
-def test_memory_counters_expire():
+def test_memory_storage_expires_counters_and_bounds_bytes_per_kind():
     clock = Clock(0.0)
-    counters = MemoryCounters(clock)
-    assert counters.add("x", 2, ttl_s=10) == 2 and counters.add("x", 1, ttl_s=10) == 3
+    storage = MemoryStorage({"file": 10}, clock)
+    run = asyncio.run
+    assert run(storage.add("limit:x", 2, ttl_s=10)) == 2 and run(storage.add("limit:x", 1, ttl_s=10)) == 3
     clock.now = 11
-    assert counters.get("x") == 0 and counters.add("y", 1, ttl_s=10) == 1
-    assert len(counters) == 1  # x was swept
+    assert run(storage.add("limit:x", 0, ttl_s=10)) == 0  # expired: a new count
+    assert run(storage.put("file:a", b"12345", 60)) and run(storage.put("file:b", b"123456", 60))
+    assert run(storage.get("file:a")) is None and run(storage.get("file:b")) == b"123456"  # the oldest went
+    assert not run(storage.put("file:c", b"x" * 11, 60))  # larger than its kind's budget
+    clock.now = 100
+    assert run(storage.get("file:b")) is None
 
 
 def test_key_store_round_trip(tmp_path):
@@ -100,7 +108,6 @@ def test_limits_per_key_and_per_client_address(served, monkeypatch):
     limiter = client.app.state.service.limiter
     clock = Clock()
     monkeypatch.setattr(limiter, "clock", clock)
-    monkeypatch.setattr(limiter.counters, "clock", clock)
     # without a key: NMT_REQ_LIMIT=2 per minute for this address
     assert [lt(client).status_code for _ in range(3)] == [200, 200, 429]
     refused = lt(client)

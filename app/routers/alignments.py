@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Literal
 
 from fastapi import APIRouter, Path, Query
@@ -21,10 +22,9 @@ def _check(name: str, choice: Selection, size: int) -> None:
         raise ApiError(400, f"{name}: {choice} is out of range; allowed: 0 to {size - 1}, or 'mean'")
 
 
-# A plain def: FastAPI runs it in its threadpool, so the reductions stay off the event loop.
 @router.get("/v1/alignments/{alignment_id}", response_model=AlignmentResponse,
-            responses=errors(400, 404), summary="Attention of a translation stored with alignments=true")
-def get_alignment(
+            responses=errors(400, 404, 503), summary="Attention of a translation stored with alignments=true")
+async def get_alignment(
     service: ServiceDep,
     alignment_id: str = Path(description="The alignment_id of a translation or alternative.", max_length=64,
                              examples=["0b7c3e5f2a9d4c1e8f6a2b4d6c8e0f1a"]),
@@ -36,18 +36,23 @@ def get_alignment(
                                                     "pieces into words (rows still sum to 1).", examples=["word"]),
     hard: bool = Query(False, description="Include Pharaoh 'source-target' pairs.", examples=[True]),
 ):
-    stored = service.store.get(alignment_id)
+    stored = await service.alignments.get(alignment_id)
     if stored is None:
         raise ApiError(404, f"no alignment {alignment_id!r}: unknown or expired "
                        f"(alignments live {service.settings.alignment_ttl_s:g} s)")
     layers, heads = stored.attention.shape[:2]
     _check("layer", layer, layers)
     _check("head", head, heads)
-    attention = select(select(stored.attention, 0, layer), 1, head)
-    source_tokens, target_tokens = stored.source_tokens, stored.target_tokens
-    if granularity == "word":
-        source_tokens, target_tokens, attention = to_words(source_tokens, target_tokens, attention)
-    return AlignmentResponse(
-        id=alignment_id, model=stored.model, source_tokens=source_tokens, target_tokens=target_tokens,
-        layers=layers, heads=heads, granularity=granularity, layer=layer, head=head, attention=rounded(attention),
-        hard_alignment=hard_alignment(source_tokens, target_tokens, attention) if hard else None)
+
+    def view() -> AlignmentResponse:  # the reductions, off the event loop
+        attention = select(select(stored.attention, 0, layer), 1, head)
+        source_tokens, target_tokens = stored.source_tokens, stored.target_tokens
+        if granularity == "word":
+            source_tokens, target_tokens, attention = to_words(source_tokens, target_tokens, attention)
+        return AlignmentResponse(
+            id=alignment_id, model=stored.model, source_tokens=source_tokens, target_tokens=target_tokens,
+            layers=layers, heads=heads, granularity=granularity, layer=layer, head=head,
+            attention=rounded(attention), hard_alignment=hard_alignment(source_tokens, target_tokens, attention)
+            if hard else None)
+
+    return await asyncio.to_thread(view)

@@ -61,7 +61,7 @@ async def translate_file(request: Request, service: ServiceDep):
         raise ApiError(400, "Invalid request: missing file parameter")
     source, target = _text_field(fields, "source"), _text_field(fields, "target")
     key = fields.get("api_key") if isinstance(fields.get("api_key"), str) else None
-    service.admit(request, key or request.headers.get("x-api-key"))
+    await service.admit(request, key or request.headers.get("x-api-key"))
     extension = documents.extension(upload.filename)
     if extension not in documents.extensions():
         raise ApiError(400, f"Invalid request: file format not supported ({extension or 'no extension'}); "
@@ -98,7 +98,7 @@ async def translate_file(request: Request, service: ServiceDep):
         raise ApiError(400, f"{upload.filename}: translated, but it cannot be written back as "
                        f"{documents.extension(upload.filename)} ({type(e).__name__}: {e})") from None
     name = documents.output_name(upload.filename, model.target)
-    file_id = service.files.put(name, data)
+    file_id = await service.files.put(name, data)
     if file_id is None:
         raise ApiError(413, f"the translated file has {len(data):,} bytes; the server keeps at most "
                        f"{s.file_store_bytes:,} (NMT_FILE_STORE_BYTES)")
@@ -106,7 +106,7 @@ async def translate_file(request: Request, service: ServiceDep):
     return LTTranslateFileResponse(translatedFileUrl=str(request.url_for("download_file", file=f"{file_id}.{name}")))
 
 
-@router.get("/download_file/{file}", name="download_file", responses=errors(404),
+@router.get("/download_file/{file}", name="download_file", responses=errors(404, 503),
             summary="Download a translated file (LibreTranslate-compatible)")
 async def download_file(service: ServiceDep,
                         file: str = Path(description="'<id>.<name>', the last part of translatedFileUrl.",
@@ -114,9 +114,10 @@ async def download_file(service: ServiceDep,
     """The file under its original name with the target language added, for NMT_FILE_TTL_S after
     it was translated."""
     file_id, _, _ = file.partition(".")
-    blob = service.files.get(file_id)
-    if blob is None:
+    found = await service.files.get(file_id)
+    if found is None:
         raise ApiError(404, f"no translated file {file!r}: it expired (files are kept "
                        f"{service.settings.file_ttl_s:g} s) or never existed")
-    disposition = f"attachment; filename*=UTF-8''{quote(blob.name)}"
-    return Response(blob.data, media_type="application/octet-stream", headers={"Content-Disposition": disposition})
+    name, data = found
+    disposition = f"attachment; filename*=UTF-8''{quote(name)}"
+    return Response(data, media_type="application/octet-stream", headers={"Content-Disposition": disposition})

@@ -8,6 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.protocol import Health, Ready, WorkerStatus
 from app.routers import ServiceDep
+from app.storage import StorageUnavailable
 
 router = APIRouter(tags=["health"])
 
@@ -25,7 +26,12 @@ async def ready(service: ServiceDep):
                             busy_seconds=round(w.busy_seconds, 3), reason=w.reason or None)
                for w in (service.pool.workers if service.pool else [])]
     models = sorted(service.registry.models) if service.registry else []
-    body = Ready(ready=ok, reason=reason or None, models=models, workers=workers)
+    try:
+        await service.storage.check()
+        storage = "ok"
+    except StorageUnavailable as e:  # translation still works: ready stays true, and this says what does not
+        storage = str(e)
+    body = Ready(ready=ok, reason=reason or None, models=models, workers=workers, storage=storage)
     return JSONResponse(body.model_dump(), status_code=200 if ok else 503)
 
 

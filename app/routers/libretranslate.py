@@ -69,7 +69,7 @@ async def translate(request: Request, service: ServiceDep):
     detected language (app/language.py)."""
     body = await read_body(request, LTTranslateRequest)
     texts = [body.q] if isinstance(body.q, str) else body.q
-    char_limit = service.admit(request, body.api_key or request.headers.get("x-api-key"), cost=len(texts))
+    char_limit = await service.admit(request, body.api_key or request.headers.get("x-api-key"), cost=len(texts))
     html = body.format == "html"
     # html without text comes back as it is
     texts = service.accept_texts(texts, "q", allow_blank=html, char_limit=char_limit)
@@ -134,7 +134,7 @@ async def detect(request: Request, service: ServiceDep):
     served or not, best first."""
     body = await read_body(request, LTDetectRequest)
     texts = [body.q] if isinstance(body.q, str) else body.q
-    char_limit = service.admit(request, body.api_key or request.headers.get("x-api-key"), cost=len(texts))
+    char_limit = await service.admit(request, body.api_key or request.headers.get("x-api-key"), cost=len(texts))
     answers = [[DetectedLanguage(confidence=round(confidence, 1), language=language)
                 for language, confidence in found] for found in await service.detect(texts, "q", char_limit)]
     return answers[0] if isinstance(body.q, str) else answers
@@ -170,7 +170,7 @@ async def suggest(request: Request, service: ServiceDep):
     if not service.settings.suggestions:
         raise ApiError(403, "Suggestions are disabled on this server.")
     body = await read_body(request, LTSuggestRequest)
-    char_limit = service.admit(request, body.api_key or request.headers.get("x-api-key"))
+    char_limit = await service.admit(request, body.api_key or request.headers.get("x-api-key"))
     [q] = service.accept_texts([body.q], "q", char_limit=char_limit)
     [s] = service.accept_texts([body.s], "s", char_limit=char_limit)
     service.resolve(body.source, body.target)  # a pair this server translates

@@ -24,11 +24,12 @@ def finite(score: float) -> float:
     return score if math.isfinite(score) else -1e30
 
 
-def translation_out(service: Service, model_id: str, result: TranslationResult, body: TranslateRequest):
-    def alignment_id(h: Translation) -> str | None:
-        if not body.alignments:
-            return None
-        return service.store.put(Alignment(model_id, result.source_tokens, h.target_tokens, h.attention))
+async def translation_out(service: Service, model_id: str, result: TranslationResult, body: TranslateRequest):
+    stored = {}
+    if body.alignments:
+        for k, h in enumerate(result.hypotheses):
+            stored[k] = await service.alignments.put(Alignment(model_id, result.source_tokens, h.target_tokens,
+                                                               h.attention))
 
     def repair(h: Translation) -> SpanRepair | None:
         if not h.repaired:
@@ -40,9 +41,9 @@ def translation_out(service: Service, model_id: str, result: TranslationResult, 
 
     best, *others = result.hypotheses
     out = TranslationOut(
-        text=best.text, score=finite(best.score), alignment_id=alignment_id(best), span_repair=repair(best),
-        alternatives=[Alternative(text=h.text, score=finite(h.score), alignment_id=alignment_id(h),
-                                  span_repair=repair(h)) for h in others])
+        text=best.text, score=finite(best.score), alignment_id=stored.get(0), span_repair=repair(best),
+        alternatives=[Alternative(text=h.text, score=finite(h.score), alignment_id=stored.get(k + 1),
+                                  span_repair=repair(h)) for k, h in enumerate(others)])
     if body.include_attention:
         out.source_tokens, out.target_tokens = result.source_tokens, best.target_tokens
         out.attention = rounded(best.attention)
@@ -58,7 +59,7 @@ async def translate(body: TranslateRequest, request: Request, service: ServiceDe
     holds exactly this request's translations, in input order."""
     start = time.perf_counter()
     texts = [body.text] if isinstance(body.text, str) else body.text
-    char_limit = service.admit(request, body.api_key or x_api_key, cost=len(texts))
+    char_limit = await service.admit(request, body.api_key or x_api_key, cost=len(texts))
     resolved = await service.resolve_each(body.source, body.target, service.accept_texts(texts, "text", char_limit=char_limit),
                                           "text")
     model = resolved[0][0]
@@ -72,7 +73,7 @@ async def translate(body: TranslateRequest, request: Request, service: ServiceDe
                    attention=body.alignments or body.include_attention)
     outcome = await service.translate(request, key, sources)
     results = [restore(r, m.spans) for r, m in zip(outcome.results, masked)]
-    translations = [translation_out(service, model.id, r, body) for r in results]
+    translations = [await translation_out(service, model.id, r, body) for r in results]
     timing = Timing(queue_ms=round(outcome.queue_s * 1000, 2), compute_ms=round(outcome.compute_s * 1000, 2),
                     total_ms=round((time.perf_counter() - start) * 1000, 2))
     return TranslateResponse(model=model.id, translations=translations, timing=timing)

@@ -1,0 +1,173 @@
+"""What the service keeps between requests: stored alignments, translated files, rate-limit
+counters and cached translations, behind one small interface with two implementations.
+
+    storage = open_storage(settings)               # MemoryStorage, or RedisStorage with NMT_REDIS_URL
+    await storage.put("file:ab12", data, ttl_s=1800, max_bytes=...)
+    await storage.get("file:ab12")                  # bytes, or None (never stored, expired or evicted)
+    await storage.add("limit:key:3f2a:29340117", 1, ttl_s=120)   # a counter's new value
+
+The embedded default keeps everything in this process, bounded per kind of key (the part before
+the first ':') by its own byte budget, the oldest going first. Redis makes every replica see the
+same data: replica B serves an alignment replica A stored. There the budget is Redis' own
+(`maxmemory` with `volatile-lru`: only keys with a TTL, which all of these have, are evicted).
+
+When Redis cannot be reached, the calls raise StorageUnavailable: what needs the store answers
+503 saying so, translation goes on (the cache is skipped), and /ready names the reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from typing import Protocol
+
+
+class StorageUnavailable(Exception):
+    """The shared store (Redis) cannot be reached; the message says why."""
+
+
+class Storage(Protocol):
+    async def get(self, key: str) -> bytes | None: ...
+
+    async def put(self, key: str, value: bytes, ttl_s: float) -> bool:
+        """Store `value` for ttl_s seconds; False when it alone exceeds its kind's budget."""
+
+    async def add(self, key: str, amount: int, ttl_s: float) -> int:
+        """Add to a counter (0 when new, dropped ttl_s after it was created); its new value."""
+
+    async def check(self) -> None:
+        """Raise StorageUnavailable when the store cannot be used."""
+
+    async def close(self) -> None: ...
+
+
+def kind(key: str) -> str:
+    return key.split(":", 1)[0]
+
+
+class MemoryStorage:
+    """This process's memory: per kind of key, an LRU bounded by `budgets[kind]` bytes and
+    `max_items[kind]` entries (a kind without them is unbounded: counters, whose keys expire
+    within two minutes)."""
+
+    def __init__(self, budgets: dict[str, int] | None = None, clock=time.monotonic,
+                 max_items: dict[str, int] | None = None):
+        self.budgets, self.clock, self.max_items = budgets or {}, clock, max_items or {}
+        self._values: dict[str, OrderedDict[str, tuple[bytes | int, float]]] = {}  # kind -> key -> (value, expiry)
+        self.bytes: dict[str, int] = {}
+
+    def _entries(self, key: str) -> OrderedDict:
+        return self._values.setdefault(kind(key), OrderedDict())
+
+    def _drop(self, entries: OrderedDict, key: str) -> None:
+        value, _ = entries.pop(key)
+        if isinstance(value, bytes):
+            self.bytes[kind(key)] -= len(value)
+
+    def _sweep(self, entries: OrderedDict) -> None:
+        now = self.clock()
+        for key in [k for k, (_, expiry) in entries.items() if expiry <= now]:
+            self._drop(entries, key)
+
+    async def get(self, key: str) -> bytes | None:
+        entries = self._entries(key)
+        found = entries.get(key)
+        if found is None:
+            return None
+        if found[1] <= self.clock():
+            self._drop(entries, key)
+            return None
+        entries.move_to_end(key)
+        return found[0] if isinstance(found[0], bytes) else None
+
+    async def put(self, key: str, value: bytes, ttl_s: float) -> bool:
+        budget, most = self.budgets.get(kind(key)), self.max_items.get(kind(key))
+        if (budget is not None and len(value) > budget) or most == 0:
+            return False
+        entries = self._entries(key)
+        if key in entries:
+            self._drop(entries, key)
+        if len(entries) % 64 == 0:
+            self._sweep(entries)
+        entries[key] = (value, self.clock() + ttl_s)
+        self.bytes[kind(key)] = self.bytes.get(kind(key), 0) + len(value)
+        while (budget is not None and self.bytes[kind(key)] > budget) or (most is not None and len(entries) > most):
+            self._drop(entries, next(iter(entries)))
+        return True
+
+    async def add(self, key: str, amount: int, ttl_s: float) -> int:
+        entries = self._entries(key)
+        now = self.clock()
+        value, expiry = entries.get(key, (0, 0.0))
+        if expiry <= now:
+            if len(entries) % 256 == 0:
+                self._sweep(entries)
+            value, expiry = 0, now + ttl_s
+        entries[key] = (value + amount, expiry)
+        return value + amount
+
+    def count(self, kind_: str) -> int:
+        return len(self._values.get(kind_, ()))
+
+    async def check(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+class RedisStorage:
+    """A Redis server shared by every replica. Keys are prefixed (`prefix`), values stored with
+    their TTL; a value larger than its kind's budget is refused here, the total is Redis'."""
+
+    def __init__(self, url: str, budgets: dict[str, int] | None = None, prefix: str = "nmt:",
+                 timeout_s: float = 2.0):
+        import redis.asyncio as redis
+
+        self.url, self.budgets, self.prefix = url, budgets or {}, prefix
+        self.client = redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+
+    async def _call(self, operation):
+        import redis
+
+        try:
+            return await operation
+        except (TimeoutError, redis.ConnectionError, redis.TimeoutError, OSError) as e:
+            raise StorageUnavailable(f"Redis at {self.url} cannot be reached ({type(e).__name__}: {e})") from None
+        except redis.RedisError as e:
+            raise StorageUnavailable(f"Redis at {self.url} refused the operation ({type(e).__name__}: {e})") from None
+
+    async def get(self, key: str) -> bytes | None:
+        return await self._call(self.client.get(self.prefix + key))
+
+    async def put(self, key: str, value: bytes, ttl_s: float) -> bool:
+        budget = self.budgets.get(kind(key))
+        if budget is not None and len(value) > budget:
+            return False
+        await self._call(self.client.set(self.prefix + key, value, px=max(1, int(ttl_s * 1000))))
+        return True
+
+    async def add(self, key: str, amount: int, ttl_s: float) -> int:
+        async def increment():
+            async with self.client.pipeline(transaction=True) as pipe:
+                pipe.incrby(self.prefix + key, amount)
+                pipe.pexpire(self.prefix + key, max(1, int(ttl_s * 1000)), nx=True)  # set once, at creation
+                value, _ = await pipe.execute()
+            return int(value)
+
+        return await self._call(increment())
+
+    async def check(self) -> None:
+        await self._call(self.client.ping())
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+def open_storage(settings) -> Storage:
+    """Redis at NMT_REDIS_URL, else this process's memory; budgets from the settings."""
+    budgets = {"file": settings.file_store_bytes, "alignment": settings.alignment_max_bytes,
+               "cache": settings.cache_bytes}
+    if settings.redis_url:
+        return RedisStorage(settings.redis_url, budgets)
+    return MemoryStorage(budgets, max_items={"alignment": settings.alignment_max_items})

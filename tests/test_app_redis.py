@@ -1,0 +1,162 @@
+"""Scale-out: two real `uvicorn app.main:app` replicas sharing a real redis-server (Debian's, with
+its append-only file on): an alignment and a translated file made through one are fetched through
+the other, a key's limit is shared, the translation cache hits across replicas, and Redis stopped
+and restarted mid-test gives no 500 and keeps what was stored."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.keys import RedisKeyStore
+from tests.test_app_e2e import free_port
+
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("redis-server") is None,
+                                                  reason="needs redis-server (apt-get install redis-server)")]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Redis:
+    def __init__(self, directory: Path):
+        self.directory, self.port = directory, free_port()
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
+             "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--maxmemory", "256mb",
+             "--maxmemory-policy", "volatile-lru"], stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while subprocess.run(["redis-cli", "-p", str(self.port), "ping"], capture_output=True,
+                             text=True).stdout.strip() != "PONG":
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(20)
+
+
+@pytest.fixture(scope="module")
+def redis(tmp_path_factory):
+    server = Redis(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
+def start_replica(checkpoint: Path, redis_url: str) -> tuple[str, subprocess.Popen]:
+    port = free_port()
+    env = {**os.environ, "NMT_MODEL_DIRS": str(checkpoint), "NMT_WORKERS": "1", "NMT_THREADS_PER_WORKER": "1",
+           "NMT_DTYPE": "float32", "NMT_REDIS_URL": redis_url, "NMT_DETECT_LANGUAGES": "en,de",
+           "NMT_MAX_WAIT_MS": "2"}
+    process = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port",
+                                str(port), "--log-level", "warning"], cwd=ROOT, env=env)
+    return f"http://127.0.0.1:{port}", process
+
+
+@pytest.fixture(scope="module")
+def replicas(tiny_sentinel_checkpoint, redis):
+    started = [start_replica(tiny_sentinel_checkpoint, redis.url) for _ in range(2)]
+    deadline = time.monotonic() + 120
+    for url, process in started:
+        while True:
+            assert process.poll() is None, "replica exited"
+            assert time.monotonic() < deadline, "replica not ready"
+            try:
+                if httpx.get(f"{url}/ready").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+    yield [url for url, _ in started]
+    for _, process in started:
+        process.terminate()
+        process.wait(30)
+
+
+def cache_hits(url: str) -> float:
+    found = re.search(r'nmt_cache_lookups_total\{result="hit"\} (\S+)', httpx.get(f"{url}/metrics").text)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_what_one_replica_stores_the_other_serves(replicas):
+    a, b = replicas
+    body = {"text": "Open the file.", "source": "en", "target": "de", "alignments": True, "max_length": 6}
+    made = httpx.post(f"{a}/v1/translate", json=body).json()["translations"][0]
+    fetched = httpx.get(f"{b}/v1/alignments/{made['alignment_id']}")
+    assert fetched.status_code == 200, fetched.text
+    assert fetched.json()["model"] == "en-de" and fetched.json()["source_tokens"][-1] == "</s>"
+
+    url = httpx.post(f"{a}/translate_file", files={"file": ("notes.txt", b"Open the file.\n")},
+                     data={"source": "en", "target": "de"}).json()["translatedFileUrl"]
+    download = httpx.get(b + url[url.index("/download_file/"):])
+    assert download.status_code == 200 and "notes_de.txt" in download.headers["content-disposition"]
+
+
+def test_the_cache_hits_across_replicas(replicas):
+    a, b = replicas
+    text = {"q": "Save your changes before you close the window.", "source": "en", "target": "de"}
+    before = cache_hits(b)
+    first = httpx.post(f"{a}/translate", json=text).json()["translatedText"]
+    assert httpx.post(f"{b}/translate", json=text).json()["translatedText"] == first
+    assert cache_hits(b) == before + 1
+    other_options = httpx.post(f"{b}/translate", json={**text, "alternatives": 1})  # another beam / n-best: decoded
+    assert other_options.status_code == 200 and cache_hits(b) == before + 1
+
+
+def test_a_keys_limit_is_shared(replicas, redis):
+    a, b = replicas
+    RedisKeyStore(redis.url).add(3, "shared-three")
+    send = lambda url: httpx.post(f"{url}/translate", json={"q": "Print.", "source": "en", "target": "de",  # noqa: E731
+                                                             "api_key": "shared-three"})
+    assert [send(a).status_code, send(b).status_code, send(a).status_code] == [200, 200, 200]
+    refused = send(b)
+    assert refused.status_code == 429 and refused.json() == {"error": "Slowdown: 3 per 1 minute"}
+    assert httpx.post(f"{a}/translate", json={"q": "Print.", "source": "en", "target": "de",
+                                              "api_key": "no-such-key"}).status_code == 403
+
+
+def test_redis_stopped_and_restarted_mid_test(replicas, redis):
+    a, b = replicas
+    made = httpx.post(f"{a}/v1/translate", json={"text": "Close the window.", "source": "en", "target": "de",
+                                                  "alignments": True, "max_length": 6}).json()
+    alignment_id = made["translations"][0]["alignment_id"]
+    redis.stop()
+    try:
+        # translation keeps working (without the cache and the shared limits)
+        r = httpx.post(f"{b}/translate", json={"q": "Open the window.", "source": "en", "target": "de"})
+        assert r.status_code == 200, r.text
+        # what needs the store says so, with a 503, never a 500
+        gone = httpx.get(f"{b}/v1/alignments/{alignment_id}")
+        assert gone.status_code == 503 and "shared store" in gone.json()["error"]
+        stored = httpx.post(f"{a}/v1/translate", json={"text": "Hi.", "source": "en", "target": "de",
+                                                        "alignments": True, "max_length": 4})
+        assert stored.status_code == 503
+        file = httpx.post(f"{a}/translate_file", files={"file": ("a.txt", b"Hi.")},
+                          data={"source": "en", "target": "de"})
+        assert file.status_code == 503
+        ready = httpx.get(f"{a}/ready")
+        assert ready.status_code == 200 and "cannot be reached" in ready.json()["storage"]
+        assert 'nmt_storage_errors_total{use="cache"}' in httpx.get(f"{b}/metrics").text
+    finally:
+        redis.start()
+    # the append-only file brought back what was stored before the restart
+    back = httpx.get(f"{b}/v1/alignments/{alignment_id}")
+    assert back.status_code == 200, back.text
+    assert httpx.get(f"{a}/ready").json()["storage"] == "ok"
+    assert RedisKeyStore(redis.url).lookup("shared-three") is not None

@@ -142,6 +142,9 @@ ENV PATH=/opt/venv/bin:$PATH \
 
 USER 10001:10001
 WORKDIR /home/nmt
+# the SQLite files (API keys, suggestions; NMT_KEYS_DB, NMT_SUGGESTIONS_DB): a volume mounted here
+# starts owned by the service's user
+RUN mkdir -p /home/nmt/db
 # into the user's ~/.cache/torch_extensions, where the service finds them, for this CPU's vector
 # width and the narrower ones it can run (AVX-512 and AVX2 on an AVX-512 build host). With a
 # writable root the service rebuilds there for other CPUs; with a read-only one (compose) it

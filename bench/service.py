@@ -8,7 +8,8 @@ from --workers/--threads-per-worker/... or the NMT_* environment). Then the offl
 translates the same sentences in one call (length-sorted token-budget batches), with 1 thread
 and with all cores, for comparison. Tokens are source tokens (EOS included), counted with the
 model's tokenizer. The clients share the machine with the server: on few cores they take a
-visible part of it.
+visible part of it. The clients repeat sentences, so a started server runs without its
+translation cache (NMT_CACHE=false); a server given with --url runs as it is configured.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def start_server(args) -> tuple[subprocess.Popen, str]:
         if value is not None:
             env[f"NMT_{name.upper()}"] = str(value)
     env.setdefault("NMT_MAX_QUEUE_ITEMS", str(max(4096, 4 * args.clients)))
+    env.setdefault("NMT_CACHE", "false")  # the clients repeat sentences: measure decoding, not the cache
     process = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port",
                                 str(port), "--log-level", "warning"], cwd=ROOT, env=env)
     url = f"http://127.0.0.1:{port}"

@@ -3,12 +3,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
-if ! command -v chromium >/dev/null 2>&1; then
-  # the browser tests drive Debian's Chromium (Playwright's own download does not work offline)
+# the browser tests drive Debian's Chromium (Playwright's own download does not work offline); the
+# scale-out tests start Debian's redis-server
+missing=""
+command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
+command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
+if [ -n "$missing" ]; then
   if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
   else
-    echo "chromium is missing: install it (apt-get install chromium) to run the browser tests" >&2
+    echo "missing:$missing (apt-get install$missing): their tests are skipped" >&2
   fi
 fi
 .venv/bin/ruff check .  # lint first: a finding fails the run

@@ -1,0 +1,100 @@
+"""The deployment files: Kubernetes manifests valid against the API schemas, the compose scaled
+profile wired as documented, and nginx (Debian's) in front of two real replicas sharing a real
+Redis, with bench/service.py run through it without an error."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.test_app_e2e import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_kubernetes_manifests_validate():
+    manifests = sorted(str(p) for p in (ROOT / "deploy" / "k8s").glob("*.yaml"))
+    assert manifests
+    result = subprocess.run([sys.executable, "-m", "kubernetes_validate", "--strict", *manifests],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    deployment = next(d for d in yaml.safe_load_all((ROOT / "deploy/k8s/nmt.yaml").read_text())
+                      if d["kind"] == "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/health"
+    assert {"name": "NMT_REDIS_URL", "value": "redis://nmt-redis:6379/0"} in container["env"]
+    redis = next(yaml.safe_load_all((ROOT / "deploy/k8s/redis.yaml").read_text()))
+    assert "--appendonly" in redis["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_compose_scaled_profile():
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    replica, redis, lb = services["nmt-replica"], services["redis"], services["lb"]
+    assert replica["profiles"] == redis["profiles"] == lb["profiles"] == ["scaled"]
+    assert replica["environment"]["NMT_REDIS_URL"] == "redis://redis:6379/0" and replica["deploy"]["replicas"] == 2
+    assert "--appendonly" in redis["command"] and "volatile-lru" in redis["command"]
+    assert "./deploy/nginx.conf:/etc/nginx/nginx.conf:ro" in lb["volumes"]
+    assert "server nmt-replica:8000" in (ROOT / "deploy/nginx.conf").read_text()
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not (shutil.which("nginx") and shutil.which("redis-server")), reason="needs nginx and redis-server")
+def test_bench_through_nginx_and_two_replicas_runs_clean(tiny_checkpoint, tmp_path):
+    from tests.test_app_redis import Redis, start_replica
+
+    redis = Redis(tmp_path)
+    redis.start()
+    replicas = [start_replica(tiny_checkpoint, redis.url) for _ in range(2)]
+    port = free_port()
+    config = (ROOT / "deploy/nginx.conf").read_text()
+    # Debian's nginx has no `resolve` in upstreams, and there is no compose DNS here: the two replicas by address
+    upstreams = "\n".join(f"    server {url.removeprefix('http://')};" for url, _ in replicas)
+    config = config.replace("    resolver 127.0.0.11 valid=10s ipv6=off;\n", "").replace(
+        "  resolver 127.0.0.11 valid=10s ipv6=off;\n", "").replace("    server nmt-replica:8000 resolve;", upstreams)
+    config = config.replace("listen 80;", f"listen 127.0.0.1:{port};")
+    config = config.replace("worker_processes auto;", f"worker_processes 1;\npid {tmp_path}/nginx.pid;\n"
+                            f"error_log {tmp_path}/error.log;")
+    config = config.replace("http {", f"http {{\n  access_log off;\n  client_body_temp_path {tmp_path};\n"
+                            f"  proxy_temp_path {tmp_path};")
+    (tmp_path / "nginx.conf").write_text(config)
+    nginx = subprocess.Popen(["nginx", "-c", str(tmp_path / "nginx.conf"), "-p", str(tmp_path), "-g", "daemon off;"])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        for replica_url, process in replicas:
+            while True:
+                assert process.poll() is None and nginx.poll() is None
+                assert time.monotonic() < deadline, "not ready"
+                try:
+                    if httpx.get(f"{replica_url}/ready").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.1)
+        report = tmp_path / "bench.json"
+        run = subprocess.run([sys.executable, str(ROOT / "bench/service.py"), "--model", str(tiny_checkpoint),
+                              "--url", url, "--clients", "8", "--seconds", "4", "--limit", "20", "--no-offline",
+                              "--json", str(report)], capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stdout + run.stderr
+        numbers = json.loads(report.read_text())
+        assert numbers["errors"] == {} and numbers["rows"][0]["sentences_per_s"] > 0, numbers
+        # both replicas took requests: round robin, no stickiness needed
+        served = [httpx.get(f"{u}/metrics").text.count('route="/v1/translate",status="200"') for u, _ in replicas]
+        assert all(served), served
+    finally:
+        nginx.terminate()
+        for _, process in replicas:
+            process.terminate()
+        for _, process in replicas:
+            process.wait(30)
+        redis.stop()

@@ -1,4 +1,4 @@
-"""Scale-out: two real `uvicorn app.main:app` replicas sharing a real redis-server (Debian's, with
+"""Scale-out: two real `nmt serve` replicas sharing a real redis-server (Debian's, with
 its append-only file on): an alignment and a translated file made through one are fetched through
 the other, a key's limit is shared, the translation cache hits across replicas, and Redis stopped
 and restarted mid-test gives no 500 and keeps what was stored."""
@@ -64,8 +64,8 @@ def start_replica(checkpoint: Path, redis_url: str) -> tuple[str, subprocess.Pop
     env = {**os.environ, "NMT_MODEL_DIRS": str(checkpoint), "NMT_WORKERS": "1", "NMT_THREADS_PER_WORKER": "1",
            "NMT_DTYPE": "float32", "NMT_REDIS_URL": redis_url, "NMT_DETECT_LANGUAGES": "en,de",
            "NMT_MAX_WAIT_MS": "2"}
-    process = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port",
-                                str(port), "--log-level", "warning"], cwd=ROOT, env=env)
+    process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+                               cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # `nmt serve`
     return f"http://127.0.0.1:{port}", process
 
 

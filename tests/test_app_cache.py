@@ -1,0 +1,70 @@
+"""The translation cache (app/cache.py) in one process: the same text, model and options are
+decoded once; other options, attention and alignments are never served from it; NMT_CACHE=false
+turns it off."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from app.settings import Settings
+from tests.conftest import ready_client
+
+
+@pytest.fixture(scope="module")
+def client(tiny_checkpoint):
+    with ready_client(Settings(model_dirs=[str(tiny_checkpoint)], workers=1, threads_per_worker=1, max_wait_ms=2,
+                               dtype="float32")) as c:
+        yield c
+
+
+def counts(client) -> dict[str, float]:
+    text = client.get("/metrics").text
+    found = dict(re.findall(r'nmt_cache_lookups_total\{result="(\w+)"\} (\S+)', text))
+    items = re.search(r'nmt_translated_items_total\{model="en-de"\} (\S+)', text)
+    return {"hit": float(found.get("hit", 0)), "miss": float(found.get("miss", 0)),
+            "decoded": float(items.group(1)) if items else 0.0}
+
+
+def translate(client, **options):
+    body = {"text": "Open the file and save it.", "source": "en", "target": "de", "max_length": 8, **options}
+    r = client.post("/v1/translate", json=body)
+    assert r.status_code == 200, r.text
+    return r.json()["translations"][0]
+
+
+def test_same_text_and_options_are_decoded_once(client):
+    before = counts(client)
+    first = translate(client)
+    second = translate(client)
+    after = counts(client)
+    assert second["text"] == first["text"] and second["score"] == first["score"]
+    assert after["hit"] == before["hit"] + 1 and after["decoded"] == before["decoded"] + 1
+    # LibreTranslate's route caches sentence by sentence: a catalog's repeated strings
+    lt = {"q": "Save the file. Open the file and save it.", "source": "en", "target": "de"}
+    client.post("/translate", json=lt)
+    middle = counts(client)
+    client.post("/translate", json=lt)
+    assert counts(client)["hit"] == middle["hit"] + 2 and counts(client)["decoded"] == middle["decoded"]
+
+
+def test_other_options_attention_and_alignments_are_never_served_from_it(client):
+    translate(client)
+    before = counts(client)
+    for options in ({"beam_size": 2}, {"max_length": 9}, {"length_penalty": 0.5}, {"n_best": 2}):
+        translate(client, **options)
+    after = counts(client)
+    assert after["hit"] == before["hit"] and after["decoded"] == before["decoded"] + 4
+    with_attention = translate(client, include_attention=True)
+    assert with_attention["attention"] and counts(client)["decoded"] == after["decoded"] + 1
+    stored = translate(client, alignments=True)
+    assert stored["alignment_id"] and counts(client)["decoded"] == after["decoded"] + 2
+    assert counts(client)["hit"] == after["hit"]
+
+
+def test_opt_out(tiny_checkpoint):
+    with ready_client(Settings(model_dirs=[str(tiny_checkpoint)], workers=1, threads_per_worker=1, cache=False)) as c:
+        translate(c)
+        translate(c)
+        assert counts(c) == {"hit": 0.0, "miss": 0.0, "decoded": 2.0}

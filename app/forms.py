@@ -74,11 +74,10 @@ async def read_fields(request: Request, required: list[str] = ()) -> tuple[dict,
         await _read_multipart(request, form, files)
     elif content_type:
         body = await request.body()
-        try:
-            pairs = parse_qsl(body.decode("ascii"), keep_blank_values=True, encoding="utf-8", errors="strict")
+        try:  # raw UTF-8 is fine (curl -d sends it so), and so is percent-encoded UTF-8
+            pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, encoding="utf-8", errors="strict")
         except UnicodeDecodeError:
-            raise ApiError(400, "the form body is not valid UTF-8 once percent-decoded (or holds raw non-ASCII "
-                           "bytes): send UTF-8, percent-encoded") from None
+            raise ApiError(400, "the form body is not valid UTF-8 (raw or percent-encoded): send UTF-8") from None
         for name, value in pairs:
             _add(form, name, value)
     for name in query_names & set(form):

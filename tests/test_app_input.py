@@ -61,6 +61,11 @@ def test_invalid_utf8_is_a_400_in_json_and_both_form_encodings(client):
     form = {"content-type": "application/x-www-form-urlencoded"}
     assert "not valid UTF-8" in error(client.post("/translate", headers=form,
                                                   content=b"q=Hi%FF+there&source=en&target=de"))
+    assert "not valid UTF-8" in error(client.post("/translate", headers=form,
+                                                  content=b"q=Hi \xff there&source=en&target=de"))
+    raw = client.post("/translate", headers=form, content="q=Grüße, Welt.&source=en&target=de".encode())  # curl -d
+    encoded = client.post("/translate", headers=form, content=b"q=Gr%C3%BC%C3%9Fe%2C+Welt.&source=en&target=de")
+    assert raw.status_code == 200 and raw.json() == encoded.json()
     multipart = client.post("/translate", files={"q": (None, b"Hi \xff there")}, data={"source": "en", "target": "de"})
     assert error(multipart) == "form field 'q' is not valid UTF-8 (byte 0xFF at offset 3): send UTF-8 text"
     good = client.post("/translate", files={"q": (None, "Grüße".encode())}, data={"source": "en", "target": "de"})

@@ -82,3 +82,19 @@ def ready_client(settings) -> Iterator:
             assert time.monotonic() < deadline, client.get("/ready").json()
             time.sleep(0.05)
         yield client
+
+
+def wait_ready(url: str, processes: list, timeout_s: float = 120) -> None:
+    """Until GET {url}/ready answers 200; fails when one of `processes` (Popen) exits first."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert all(p.poll() is None for p in processes), "a server process exited"
+        assert time.monotonic() < deadline, f"{url} not ready after {timeout_s:g} s"
+        try:
+            if httpx.get(f"{url}/ready").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)

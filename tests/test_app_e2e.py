@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -29,6 +28,7 @@ from app.main import create_app
 from app.settings import Settings
 from app.worker import FAULT_SLOW
 from model.translator import Translator
+from tests.conftest import wait_ready
 
 pytestmark = pytest.mark.e2e
 
@@ -57,16 +57,7 @@ def server(tiny_checkpoint):
     process = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1",
                                 "--port", str(port), "--log-level", "warning"], cwd=ROOT, env=env)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while True:
-        assert process.poll() is None, "server exited"
-        assert time.monotonic() < deadline, "server not ready"
-        try:
-            if httpx.get(f"{url}/ready").status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
+    wait_ready(url, [process], timeout_s=90)
     yield url, process
     if process.poll() is None:
         process.terminate()

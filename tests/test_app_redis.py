@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from app.keys import RedisKeyStore
+from tests.conftest import wait_ready
 from tests.test_app_e2e import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("redis-server") is None,
@@ -72,17 +73,8 @@ def start_replica(checkpoint: Path, redis_url: str) -> tuple[str, subprocess.Pop
 @pytest.fixture(scope="module")
 def replicas(tiny_sentinel_checkpoint, redis):
     started = [start_replica(tiny_sentinel_checkpoint, redis.url) for _ in range(2)]
-    deadline = time.monotonic() + 120
     for url, process in started:
-        while True:
-            assert process.poll() is None, "replica exited"
-            assert time.monotonic() < deadline, "replica not ready"
-            try:
-                if httpx.get(f"{url}/ready").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
+        wait_ready(url, [process])
     yield [url for url, _ in started]
     for _, process in started:
         process.terminate()

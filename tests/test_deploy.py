@@ -8,13 +8,13 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
 
+from tests.conftest import wait_ready
 from tests.test_app_e2e import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,17 +70,8 @@ def test_bench_through_nginx_and_two_replicas_runs_clean(tiny_checkpoint, tmp_pa
     nginx = subprocess.Popen(["nginx", "-c", str(tmp_path / "nginx.conf"), "-p", str(tmp_path), "-g", "daemon off;"])
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
         for replica_url, process in replicas:
-            while True:
-                assert process.poll() is None and nginx.poll() is None
-                assert time.monotonic() < deadline, "not ready"
-                try:
-                    if httpx.get(f"{replica_url}/ready").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.1)
+            wait_ready(replica_url, [process, nginx])
         report = tmp_path / "bench.json"
         run = subprocess.run([sys.executable, str(ROOT / "bench/service.py"), "--model", str(tiny_checkpoint),
                               "--url", url, "--clients", "8", "--seconds", "4", "--limit", "20", "--no-offline",

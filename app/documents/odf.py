@@ -7,7 +7,7 @@ from __future__ import annotations
 from io import BytesIO
 
 from app.documents import Extracted
-from app.documents.office import _extract, _fill
+from app.documents.office import paragraphs_of_runs
 
 _OWN_PARAGRAPHS = {"p", "h", "note", "frame", "annotation"}  # their text is not the enclosing paragraph's
 
@@ -43,12 +43,4 @@ def read(data: bytes) -> Extracted:
 
     document = load(BytesIO(data))
     paragraphs = document.body.getElementsByType(text.P) + document.body.getElementsByType(text.H)
-    texts, html, slots = _extract([_text_nodes(p) for p in paragraphs])
-
-    def write(translations: list[str], target: str) -> bytes:
-        _fill(slots, html, translations)
-        out = BytesIO()
-        document.write(out)
-        return out.getvalue()
-
-    return Extracted(texts, html, write)
+    return paragraphs_of_runs([_text_nodes(p) for p in paragraphs], document.write)

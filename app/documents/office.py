@@ -4,7 +4,7 @@ notes), one of several runs given as HTML spans (runs.py) so each run keeps its 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from io import BytesIO
 
 from app.documents import Extracted
@@ -24,11 +24,21 @@ def _extract(paragraph_runs: list[list]) -> tuple[list[str], list[bool], list[li
     return texts, html, slots
 
 
-def _fill(slots: list[list], html: list[bool], translations: list[str]) -> None:
-    for runs, is_html, translation in zip(slots, html, translations):
-        parts = html_runs(translation, len(runs)) if is_html else [translation]
-        for run, part in zip(runs, parts):
-            run.text = part
+def paragraphs_of_runs(paragraph_runs: list[list], save: Callable[[BytesIO], None]) -> Extracted:
+    """The texts of paragraphs given as their runs (objects with a settable `.text`), and a
+    writer that puts each translation back into its runs and saves the document with `save`."""
+    texts, html, slots = _extract(paragraph_runs)
+
+    def write(translations: list[str], target: str) -> bytes:
+        for runs, is_html, translation in zip(slots, html, translations):
+            parts = html_runs(translation, len(runs)) if is_html else [translation]
+            for run, part in zip(runs, parts):
+                run.text = part
+        out = BytesIO()
+        save(out)
+        return out.getvalue()
+
+    return Extracted(texts, html, write)
 
 
 # --- Word ----------------------------------------------------------------------------------------
@@ -67,15 +77,7 @@ def read_docx(data: bytes) -> Extracted:
                      section.even_page_header, section.even_page_footer):
             if not part.is_linked_to_previous:
                 paragraphs += list(_docx_paragraphs(part, seen))
-    texts, html, slots = _extract([_docx_runs(p) for p in paragraphs])
-
-    def write(translations: list[str], target: str) -> bytes:
-        _fill(slots, html, translations)
-        out = BytesIO()
-        document.save(out)
-        return out.getvalue()
-
-    return Extracted(texts, html, write)
+    return paragraphs_of_runs([_docx_runs(p) for p in paragraphs], document.save)
 
 
 # --- PowerPoint ----------------------------------------------------------------------------------
@@ -100,12 +102,4 @@ def read_pptx(data: bytes) -> Extracted:
         frames += list(_pptx_frames(slide.shapes))
         if slide.has_notes_slide and slide.notes_slide.notes_text_frame is not None:
             frames.append(slide.notes_slide.notes_text_frame)
-    texts, html, slots = _extract([list(p.runs) for frame in frames for p in frame.paragraphs])
-
-    def write(translations: list[str], target: str) -> bytes:
-        _fill(slots, html, translations)
-        out = BytesIO()
-        presentation.save(out)
-        return out.getvalue()
-
-    return Extracted(texts, html, write)
+    return paragraphs_of_runs([list(p.runs) for frame in frames for p in frame.paragraphs], presentation.save)

@@ -18,6 +18,7 @@ from tests.conftest import wait_ready
 from tests.test_app_e2e import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
+NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
 
 
 def test_kubernetes_manifests_validate():
@@ -48,7 +49,7 @@ def test_compose_scaled_profile():
 
 
 @pytest.mark.e2e
-@pytest.mark.skipif(not (shutil.which("nginx") and shutil.which("redis-server")), reason="needs nginx and redis-server")
+@pytest.mark.skipif(not (NGINX and shutil.which("redis-server")), reason="needs nginx and redis-server")
 def test_bench_through_nginx_and_two_replicas_runs_clean(tiny_checkpoint, tmp_path):
     from tests.test_app_redis import Redis, start_replica
 
@@ -67,7 +68,7 @@ def test_bench_through_nginx_and_two_replicas_runs_clean(tiny_checkpoint, tmp_pa
     config = config.replace("http {", f"http {{\n  access_log off;\n  client_body_temp_path {tmp_path};\n"
                             f"  proxy_temp_path {tmp_path};")
     (tmp_path / "nginx.conf").write_text(config)
-    nginx = subprocess.Popen(["nginx", "-c", str(tmp_path / "nginx.conf"), "-p", str(tmp_path), "-g", "daemon off;"])
+    nginx = subprocess.Popen([NGINX, "-c", str(tmp_path / "nginx.conf"), "-p", str(tmp_path), "-g", "daemon off;"])
     url = f"http://127.0.0.1:{port}"
     try:
         for replica_url, process in replicas:

@@ -121,3 +121,18 @@ def test_quantize_replaces_every_linear_in_place():
     assert isinstance(ffn.w1, Int8Linear) and isinstance(ffn.w2, Int8Linear)
     with torch.inference_mode():
         assert ffn(torch.randn(2, 5, 32)).shape == (2, 5, 32)
+
+
+def test_a_build_lock_left_by_a_killed_build_is_cleared(tmp_path):
+    """torch's loader waits forever on its lock file; a dead one (older than any build) goes."""
+    import os
+
+    from model.kernels import STALE_LOCK_S, clear_stale_lock
+
+    lock = tmp_path / "lock"
+    lock.touch()
+    assert not clear_stale_lock(tmp_path) and lock.exists()  # a build may be running
+    old = lock.stat().st_mtime - STALE_LOCK_S - 60
+    os.utime(lock, (old, old))
+    assert clear_stale_lock(tmp_path) and not lock.exists()
+    assert not clear_stale_lock(tmp_path)  # nothing to clear

@@ -75,7 +75,8 @@ async def translate_file(request: Request, service: ServiceDep):
     if chars > s.max_file_chars:
         raise ApiError(400, f"{upload.filename} holds {chars:,} characters of text; at most {s.max_file_chars:,} "
                        "per file (NMT_MAX_FILE_CHARS): split it")
-    sample = " ".join(markup.split_document(t, html, spans=False).text for t, html in zip(texts[:20], extracted.html))
+    sample = " ".join(markup.split_document(t, html, spans=False).text for t, html in zip(texts[:20], extracted.html)) \
+        if source == "auto" else ""
     model, _ = service.resolve(source, target, sample)
     parts = [markup.split_document(t, html, spans=model.protects_spans) for t, html in zip(texts, extracted.html)]
     sentences = [sentence for part in parts for sentence in part.sentences]

@@ -73,7 +73,9 @@ async def translate(request: Request, service: ServiceDep):
     html = body.format == "html"
     # html without text comes back as it is
     texts = service.accept_texts(texts, "q", allow_blank=html, char_limit=char_limit)
-    readable = [markup.split_document(text, html, spans=False).text for text in texts]  # no markup: to detect
+    # 'auto' detects each text's words, without its markup; a given source needs no detection
+    readable = [markup.split_document(text, html, spans=False).text for text in texts] if body.source == "auto" \
+        else texts
     resolved = await service.resolve_each(body.source, body.target, readable, "q")
     documents = [markup.split_document(text, html, spans=model.protects_spans)
                  for text, (model, _) in zip(texts, resolved)]

@@ -123,16 +123,32 @@ def test_quantize_replaces_every_linear_in_place():
         assert ffn(torch.randn(2, 5, 32)).shape == (2, 5, 32)
 
 
-def test_a_build_lock_left_by_a_killed_build_is_cleared(tmp_path):
-    """torch's loader waits forever on its lock file; a dead one (older than any build) goes."""
-    import os
+def test_a_build_waits_for_a_live_builder_and_clears_what_a_killed_one_left(tmp_path):
+    """torch's loader waits forever on its lock file: a build held by a live process is waited
+    for, and the lock file of one that was killed goes once it is dead."""
+    import subprocess
+    import sys
+    import threading
 
-    from model.kernels import STALE_LOCK_S, clear_stale_lock
+    from model.kernels import build_lock
 
-    lock = tmp_path / "lock"
-    lock.touch()
-    assert not clear_stale_lock(tmp_path) and lock.exists()  # a build may be running
-    old = lock.stat().st_mtime - STALE_LOCK_S - 60
-    os.utime(lock, (old, old))
-    assert clear_stale_lock(tmp_path) and not lock.exists()
-    assert not clear_stale_lock(tmp_path)  # nothing to clear
+    builder = ("import sys, time; from pathlib import Path; from model.kernels import build_lock\n"
+               "with build_lock(Path(sys.argv[1])):\n"
+               "    (Path(sys.argv[1]) / 'lock').touch(); print('building', flush=True); time.sleep(120)")
+    child = subprocess.Popen([sys.executable, "-c", builder, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "building\n"
+        acquired = threading.Event()
+
+        def build():
+            with build_lock(tmp_path):
+                acquired.set()
+
+        threading.Thread(target=build, daemon=True).start()
+        assert not acquired.wait(1.0)  # the builder is alive: wait for it
+        child.kill()
+    finally:
+        child.kill()
+        child.wait()
+    assert acquired.wait(30)  # killed mid-build: its lock file is left, and is no reason to wait
+    assert not (tmp_path / "lock").exists()

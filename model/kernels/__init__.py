@@ -19,12 +19,12 @@ cannot be built, or with NMT_CPU_KERNELS=0, `available()` is False and callers u
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import importlib.util
 import logging
 import os
 import threading
-import time
 from pathlib import Path
 
 import torch
@@ -46,24 +46,25 @@ _CAPABILITY_FLAGS = {
 _lock = threading.Lock()
 _module = None
 _tried = False
-# torch's loader holds a lock file while it builds and waits for one forever; a build that was
-# killed (a worker past its start timeout, a test torn down) leaves it behind. A real build takes
-# minutes, so a lock this old is a dead one.
-STALE_LOCK_S = 20 * 60
 
 
-def clear_stale_lock(directory: Path, now: float | None = None) -> bool:
-    """Remove `directory`/lock when it is older than STALE_LOCK_S; whether it did."""
-    lock = directory / "lock"
-    try:
-        age = (now or time.time()) - lock.stat().st_mtime
-    except FileNotFoundError:
-        return False
-    if age <= STALE_LOCK_S:
-        return False
-    log.warning("removing %s, %.0f minutes old: a build was killed while holding it", lock, age / 60)
-    lock.unlink(missing_ok=True)
-    return True
+@contextlib.contextmanager
+def build_lock(directory: Path):
+    """Hold the build of `directory` against other processes while it runs.
+
+    torch's loader marks a build with a lock file and waits for that file to go, forever; a build
+    that was killed (a worker past its start timeout, a test run torn down) leaves it behind and
+    every later build hangs. Builds of ours take an flock first, which the kernel releases when
+    its holder dies: whoever holds it is the only builder alive, so a lock file found then is a
+    dead one and goes."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / "nmt-build.flock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # waits while another process builds; never on a dead one
+        stale = directory / "lock"
+        if stale.exists():
+            log.warning("removing %s: left by a build that was killed", stale)
+            stale.unlink(missing_ok=True)
+        yield
 
 
 def _build(capability: str | None = None):
@@ -84,11 +85,10 @@ def _build(capability: str | None = None):
     stamp = hashlib.sha256(built + repr((flags, torch.__version__)).encode()).hexdigest()
     library, stamp_file = directory / f"{name}.so", directory / f"{name}.stamp"
     built_from = stamp_file.read_text() if stamp_file.is_file() else None
-    with contextlib.suppress(OSError):  # a read-only cache: nothing to clear, and nothing builds there
-        clear_stale_lock(directory)
     try:
-        module = build_extension(name=name, sources=[str(path) for path in _SOURCES], extra_cflags=flags)
-    except OSError:  # the cache is read-only: torch's loader takes a lock file and rewrites build.ninja
+        with build_lock(directory):
+            module = build_extension(name=name, sources=[str(path) for path in _SOURCES], extra_cflags=flags)
+    except OSError:  # the cache is read-only: no lock to take, and torch's loader rewrites build.ninja
         if built_from == stamp:
             return _import(name, library)
         raise

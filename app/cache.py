@@ -41,9 +41,8 @@ class TranslationCache:
         return "cache:" + hashlib.sha256(json.dumps(decided_by).encode()).hexdigest()
 
     async def get(self, keys: list[str]) -> list[TranslationResult | None]:
-        found = [await self.storage.get(key) for key in keys]
+        found = await self.storage.get_many(keys)
         return [None if data is None else from_bytes(data) for data in found]
 
     async def put(self, keys: list[str], results: list[TranslationResult]) -> None:
-        for key, result in zip(keys, results):
-            await self.storage.put(key, to_bytes(result), self.ttl_s)
+        await self.storage.put_many({key: to_bytes(result) for key, result in zip(keys, results)}, self.ttl_s)

@@ -6,6 +6,11 @@ counts as many requests as it has texts (a batch of 10 costs 10, as in LibreTran
 last minute is a sliding window estimated from two fixed ones: the previous minute's count,
 weighted by how much of it the window still covers, plus the current minute's. The counters
 live in the service's storage (app/storage.py): this process, or Redis, shared by every replica.
+
+A request counts itself first and then looks at the count before it, taking the increment
+back when it is refused. The increment is atomic (Redis INCRBY), so requests racing on several
+replicas each see a different count before them and never admit more than the limit together;
+at worst a request refused at the same moment briefly counts against another one.
 """
 
 from __future__ import annotations
@@ -30,13 +35,14 @@ class RateLimiter:
         now = self.clock()
         window = math.floor(now / WINDOW_S)
         covered = 1.0 - (now / WINDOW_S - window)  # share of the previous minute still in the last 60 s
-        current = await self.storage.add(f"limit:{client}:{window}", 0, 2 * WINDOW_S)
-        previous = await self.storage.add(f"limit:{client}:{window - 1}", 0, WINDOW_S)
-        if previous * covered + current >= limit:
-            if current >= limit:  # only the next minute frees it
-                return (window + 1) * WINDOW_S - now
-            # the previous minute's weight fades linearly: when does it fall under limit - current?
-            under_at = (1.0 - (limit - current) / previous) * WINDOW_S  # seconds into this minute
-            return max(1.0, under_at - (now - window * WINDOW_S))
-        await self.storage.add(f"limit:{client}:{window}", cost, 2 * WINDOW_S)
-        return None
+        counter = f"limit:{client}:{window}"
+        current = await self.storage.add(counter, cost, 2 * WINDOW_S) - cost  # this minute's count before us
+        previous = await self.storage.add(f"limit:{client}:{window - 1}", 0, 2 * WINDOW_S)
+        if previous * covered + current < limit:
+            return None
+        await self.storage.add(counter, -cost, 2 * WINDOW_S)  # refused: not counted
+        if current >= limit:  # only the next minute frees it
+            return (window + 1) * WINDOW_S - now
+        # the previous minute's weight fades linearly: when does it fall under limit - current?
+        under_at = (1.0 - (limit - current) / previous) * WINDOW_S  # seconds into this minute
+        return max(1.0, under_at - (now - window * WINDOW_S))

@@ -29,8 +29,14 @@ class StorageUnavailable(Exception):
 class Storage(Protocol):
     async def get(self, key: str) -> bytes | None: ...
 
+    async def get_many(self, keys: list[str]) -> list[bytes | None]:
+        """get() for each key, in one round trip."""
+
     async def put(self, key: str, value: bytes, ttl_s: float) -> bool:
         """Store `value` for ttl_s seconds; False when it alone exceeds its kind's budget."""
+
+    async def put_many(self, values: dict[str, bytes], ttl_s: float) -> None:
+        """put() for each key, in one round trip."""
 
     async def add(self, key: str, amount: int, ttl_s: float) -> int:
         """Add to a counter (0 when new, dropped ttl_s after it was created); its new value."""
@@ -80,6 +86,9 @@ class MemoryStorage:
         entries.move_to_end(key)
         return found[0] if isinstance(found[0], bytes) else None
 
+    async def get_many(self, keys: list[str]) -> list[bytes | None]:
+        return [await self.get(key) for key in keys]
+
     async def put(self, key: str, value: bytes, ttl_s: float) -> bool:
         budget, most = self.budgets.get(kind(key)), self.max_items.get(kind(key))
         if (budget is not None and len(value) > budget) or most == 0:
@@ -94,6 +103,10 @@ class MemoryStorage:
         while (budget is not None and self.bytes[kind(key)] > budget) or (most is not None and len(entries) > most):
             self._drop(entries, next(iter(entries)))
         return True
+
+    async def put_many(self, values: dict[str, bytes], ttl_s: float) -> None:
+        for key, value in values.items():
+            await self.put(key, value, ttl_s)
 
     async def add(self, key: str, amount: int, ttl_s: float) -> int:
         entries = self._entries(key)
@@ -140,12 +153,28 @@ class RedisStorage:
     async def get(self, key: str) -> bytes | None:
         return await self._call(self.client.get(self.prefix + key))
 
+    async def get_many(self, keys: list[str]) -> list[bytes | None]:
+        if not keys:
+            return []
+        return await self._call(self.client.mget([self.prefix + key for key in keys]))
+
     async def put(self, key: str, value: bytes, ttl_s: float) -> bool:
         budget = self.budgets.get(kind(key))
         if budget is not None and len(value) > budget:
             return False
         await self._call(self.client.set(self.prefix + key, value, px=max(1, int(ttl_s * 1000))))
         return True
+
+    async def put_many(self, values: dict[str, bytes], ttl_s: float) -> None:
+        async def send():
+            async with self.client.pipeline(transaction=False) as pipe:
+                for key, value in values.items():
+                    budget = self.budgets.get(kind(key))
+                    if budget is None or len(value) <= budget:
+                        pipe.set(self.prefix + key, value, px=max(1, int(ttl_s * 1000)))
+                await pipe.execute()
+
+        await self._call(send())
 
     async def add(self, key: str, amount: int, ttl_s: float) -> int:
         async def increment():

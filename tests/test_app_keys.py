@@ -52,6 +52,8 @@ def test_memory_storage_expires_counters_and_bounds_bytes_per_kind():
     assert run(storage.put("file:a", b"12345", 60)) and run(storage.put("file:b", b"123456", 60))
     assert run(storage.get("file:a")) is None and run(storage.get("file:b")) == b"123456"  # the oldest went
     assert not run(storage.put("file:c", b"x" * 11, 60))  # larger than its kind's budget
+    run(storage.put_many({"file:c": b"1", "file:d": b"22"}, 60))
+    assert run(storage.get_many(["file:d", "file:none", "file:c"])) == [b"22", None, b"1"]
     clock.now = 100
     assert run(storage.get("file:b")) is None
 

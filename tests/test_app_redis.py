@@ -123,6 +123,43 @@ def test_a_keys_limit_is_shared(replicas, redis):
                                               "api_key": "no-such-key"}).status_code == 403
 
 
+def test_racing_requests_on_two_replicas_never_pass_the_limit_together(redis):
+    """Two replicas' limiters (each its own Redis connection) admitting 40 requests at once, a
+    limit of 7: exactly 7 pass, and the refused ones are not counted."""
+    import asyncio
+
+    from app.limits import RateLimiter
+    from app.storage import RedisStorage
+
+    async def race():
+        stores = [RedisStorage(redis.url, prefix="race:"), RedisStorage(redis.url, prefix="race:")]
+        limiters = [RateLimiter(store, clock=lambda: 6000.0) for store in stores]  # the start of a minute
+        answers = await asyncio.gather(*(limiters[i % 2].admit("key:racer", 7) for i in range(40)))
+        counted = await stores[0].add("limit:key:racer:100", 0, 120)
+        for store in stores:
+            await store.close()
+        return answers, counted
+
+    answers, counted = asyncio.run(race())
+    assert sum(answer is None for answer in answers) == 7 and counted == 7
+
+
+def test_batched_reads_and_writes_in_one_round_trip(redis):
+    """The cache reads and writes a request's sentences with one MGET and one pipeline."""
+    import asyncio
+
+    from app.storage import RedisStorage
+
+    async def both():
+        store = RedisStorage(redis.url, budgets={"cache": 10}, prefix="batch:")
+        await store.put_many({"cache:a": b"1", "cache:b": b"22", "cache:big": b"x" * 11}, ttl_s=60)
+        found = await store.get_many(["cache:b", "cache:none", "cache:a", "cache:big"])
+        await store.close()
+        return found
+
+    assert asyncio.run(both()) == [b"22", None, b"1", None]  # over its kind's budget: not stored
+
+
 def test_redis_stopped_and_restarted_mid_test(replicas, redis):
     a, b = replicas
     made = httpx.post(f"{a}/v1/translate", json={"text": "Close the window.", "source": "en", "target": "de",

@@ -117,9 +117,13 @@ class RedisKeyStore:
 
     def __init__(self, url: str):
         import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
 
         self.path = url  # what messages name
-        self.client = redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
+        # one retry on a broken connection: a pooled one is dead after Redis restarts
+        self.client = redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0,
+                                     retry=Retry(NoBackoff(), 1), retry_on_error=[redis.ConnectionError])
 
     def _call(self, operation, *args):
         import redis

@@ -135,10 +135,16 @@ class RedisStorage:
 
     def __init__(self, url: str, budgets: dict[str, int] | None = None, prefix: str = "nmt:",
                  timeout_s: float = 2.0):
-        import redis.asyncio as redis
+        import redis
+        import redis.asyncio
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
 
         self.url, self.budgets, self.prefix = url, budgets or {}, prefix
-        self.client = redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        # one retry on a broken connection: the pooled ones are all dead after Redis restarts, and
+        # the first call on each would otherwise answer 503 with Redis back up
+        self.client = redis.asyncio.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+                                             retry=Retry(NoBackoff(), 1), retry_on_error=[redis.ConnectionError])
 
     async def _call(self, operation):
         import redis

@@ -189,3 +189,9 @@ def test_redis_stopped_and_restarted_mid_test(replicas, redis):
     assert back.status_code == 200, back.text
     assert httpx.get(f"{a}/ready").json()["storage"] == "ok"
     assert RedisKeyStore(redis.url).lookup("shared-three") is not None
+    # a quick restart, with nothing asked while Redis was away: the first call on each replica's
+    # pooled (now dead) connection is retried on a new one, not answered with a 503
+    assert all(httpx.get(f"{url}/v1/alignments/{alignment_id}").status_code == 200 for url in (a, b))
+    redis.stop()
+    redis.start()
+    assert [httpx.get(f"{url}/v1/alignments/{alignment_id}").status_code for url in (a, b)] == [200, 200]

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from app.worker import FAULT_EXIT, FAULT_RAISE, FAULT_SLOW, receive_message, send_message
+from app.worker import FAULT_EXIT, FAULT_RAISE, FAULT_SLOW, FAULT_SLOW_S, receive_message, send_message
 from model.results import TranslationResult
 from model.translator import Translator
 
@@ -26,7 +26,7 @@ def _inject_faults(translator, sources: list[list[int]]) -> None:
         if FAULT_EXIT in text:
             os._exit(3)
         if FAULT_SLOW in text:
-            time.sleep(1.0)
+            time.sleep(FAULT_SLOW_S)
 
 
 def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: int, batch_tokens: int,

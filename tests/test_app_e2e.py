@@ -97,7 +97,8 @@ def test_concurrent_mixed_requests_each_get_their_own_translation(server, tiny_c
 
 def test_libretranslate_auto_source_with_one_source_language(server, tiny_checkpoint):
     url, _ = server
-    r = httpx.post(f"{url}/translate", data={"q": "Hello world.", "source": "auto", "target": "de"})
+    # the first detection loads the detector's language models (seconds; more on a busy machine)
+    r = httpx.post(f"{url}/translate", data={"q": "Hello world.", "source": "auto", "target": "de"}, timeout=180)
     [expected] = Translator.load(tiny_checkpoint, device="cpu", dtype="float32").translate(["Hello world."])
     assert r.json()["translatedText"] == expected.hypotheses[0].text
     assert r.json()["detectedLanguage"]["language"] == "en"
@@ -171,7 +172,7 @@ def test_sigint_lets_in_flight_requests_finish(server):
         async with httpx.AsyncClient(base_url=url, timeout=60) as client:
             bodies = [{"text": t, "source": "en", "target": "de"} for t in (FAULT_SLOW, "Hello world.", "Save it.")]
             calls = [asyncio.create_task(client.post("/v1/translate", json=b)) for b in bodies]
-            await asyncio.sleep(0.3)  # all three are in; the slow one holds a worker for a second
+            await asyncio.sleep(0.3)  # all three are in; the slow one holds a worker FAULT_SLOW_S
             process.send_signal(signal.SIGINT)
             return await asyncio.gather(*calls)
 

@@ -1,5 +1,3 @@
-import os
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -154,25 +152,3 @@ def test_a_build_waits_for_a_live_builder_and_clears_what_a_killed_one_left(tmp_
         child.wait()
     assert acquired.wait(30)  # killed mid-build: its lock file is left, and is no reason to wait
     assert not (tmp_path / "lock").exists()
-
-
-def test_the_kernels_build_from_copies_that_every_checkout_shares(tmp_path):
-    """torch's loader rebuilds when build.ninja changes, and that names the sources by path: the
-    build uses copies in the cache, rewritten only when their content changed."""
-    from model import kernels as loader
-
-    staged = loader._stage_sources(tmp_path)
-    assert [path.name for path in staged] == [path.name for path in loader._SOURCES]
-    assert all(path.parent == tmp_path / "src" and path.read_bytes() == (loader._HERE / path.name).read_bytes()
-               for path in staged)
-    header = tmp_path / "src" / "kernels.h"
-    assert header.read_bytes() == loader._HEADER.read_bytes()
-    before = {path: path.stat().st_mtime_ns for path in (tmp_path / "src").iterdir()}
-    header.write_text("// another checkout's older header")
-    old = before[header] - 10**9
-    os.utime(header, ns=(old, old))
-    before[header] = old
-    loader._stage_sources(tmp_path)
-    after = {path: path.stat().st_mtime_ns for path in (tmp_path / "src").iterdir()}
-    assert header.read_bytes() == loader._HEADER.read_bytes() and after[header] != before[header]
-    assert all(after[path] == before[path] for path in before if path != header)  # unchanged: not rewritten

@@ -87,8 +87,7 @@ def _build(capability: str | None = None):
     built_from = stamp_file.read_text() if stamp_file.is_file() else None
     try:
         with build_lock(directory):
-            sources = _stage_sources(directory)
-            module = build_extension(name=name, sources=[str(path) for path in sources], extra_cflags=flags)
+            module = build_extension(name=name, sources=[str(path) for path in _SOURCES], extra_cflags=flags)
     except OSError:  # the cache is read-only: no lock to take, and torch's loader rewrites build.ninja
         if built_from == stamp:
             return _import(name, library)
@@ -96,20 +95,6 @@ def _build(capability: str | None = None):
     if module.__file__ == str(library) and built_from != stamp:
         stamp_file.write_text(stamp)
     return module
-
-
-def _stage_sources(directory: Path) -> list[Path]:
-    """Copy the sources into the build directory (rewriting only what changed) and return the
-    copies. torch's loader rebuilds whenever its build.ninja changes, and that names the sources by
-    absolute path: built from each checkout's own files, the one shared cache would be rebuilt
-    for every checkout in turn (a clone, CI's, the image's)."""
-    staged = directory / "src"
-    staged.mkdir(exist_ok=True)
-    for path in (*_SOURCES, _HEADER):
-        data, copy = path.read_bytes(), staged / path.name
-        if not copy.is_file() or copy.read_bytes() != data:
-            copy.write_bytes(data)
-    return [staged / path.name for path in _SOURCES]
 
 
 def _import(name: str, library: Path):

@@ -164,19 +164,21 @@ class RedisStorage:
             return []
         return await self._call(self.client.mget([self.prefix + key for key in keys]))
 
-    async def put(self, key: str, value: bytes, ttl_s: float) -> bool:
+    def _fits(self, key: str, value: bytes) -> bool:
         budget = self.budgets.get(kind(key))
-        if budget is not None and len(value) > budget:
+        return budget is None or len(value) <= budget
+
+    async def put(self, key: str, value: bytes, ttl_s: float) -> bool:
+        if not self._fits(key, value):
             return False
-        await self._call(self.client.set(self.prefix + key, value, px=max(1, int(ttl_s * 1000))))
+        await self.put_many({key: value}, ttl_s)
         return True
 
     async def put_many(self, values: dict[str, bytes], ttl_s: float) -> None:
         async def send():
             async with self.client.pipeline(transaction=False) as pipe:
                 for key, value in values.items():
-                    budget = self.budgets.get(kind(key))
-                    if budget is None or len(value) <= budget:
+                    if self._fits(key, value):
                         pipe.set(self.prefix + key, value, px=max(1, int(ttl_s * 1000)))
                 await pipe.execute()
 

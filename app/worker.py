@@ -29,7 +29,7 @@ from typing import Any
 from app.scheduler import BatchKey
 
 # Test-only faults (NMT_FAULT_INJECTION=true): a source containing one of these words makes the
-# worker raise, exit abruptly, or stall for a second (app/worker_process.py).
+# worker raise, exit abruptly, or stall for FAULT_SLOW_S (app/worker_process.py).
 FAULT_RAISE, FAULT_EXIT, FAULT_SLOW = "boomboom", "crashcrash", "sleepsleep"
 FAULT_SLOW_S = 4.0  # how long FAULT_SLOW holds its worker: well past the tests' request deadline
 

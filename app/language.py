@@ -18,7 +18,9 @@ CLEAR = 50.0  # ... or any served candidate when no language reaches this confid
 
 
 class LanguageDetector:
-    def __init__(self, languages: list[str] | None = None, low_accuracy: bool = False):
+    def __init__(self, languages: list[str] | None = None, low_accuracy: bool = False, preload: bool = False):
+        """`preload` loads every language model now; otherwise each loads on the first detection that
+        needs it, holding the GIL while it does (the whole process waits: ~30-70 s for all 75)."""
         from lingua import IsoCode639_1, Language, LanguageDetectorBuilder
 
         known = {language.iso_code_639_1.name.lower() for language in Language.all()}
@@ -30,9 +32,12 @@ class LanguageDetector:
             raise ValueError("NMT_DETECT_LANGUAGES: give at least two languages to choose among")
         builder = (LanguageDetectorBuilder.from_iso_codes_639_1(*[getattr(IsoCode639_1, c.upper()) for c in languages])
                    if languages else LanguageDetectorBuilder.from_all_languages())
-        self.detector = (builder.with_low_accuracy_mode() if low_accuracy else builder).build()
+        if low_accuracy:
+            builder = builder.with_low_accuracy_mode()
+        self.detector = (builder.with_preloaded_language_models() if preload else builder).build()
+        self.preloaded = preload
         self.languages = sorted(set(languages) if languages else known)
-        self._lock = threading.Lock()  # models load on first use; one thread at a time loads them
+        self._lock = threading.Lock()  # without preload, models load on first use: one thread at a time
 
     def detect(self, text: str, candidates: int | None = 3) -> list[tuple[str, float]]:
         """The likeliest languages of `text` (ISO 639-1 codes) with their confidence in percent,

@@ -90,7 +90,8 @@ class Service:
     async def start(self) -> None:
         s = self.settings
         detector = None if s.detect_languages == ["none"] else LanguageDetector(s.detect_languages,
-                                                                                 s.detect_low_accuracy)
+                                                                                 s.detect_low_accuracy,
+                                                                                 s.detect_preload)
         self.registry = Registry.load(s.model_dirs, detector)
         if s.cache:
             self.cache = TranslationCache(self.storage, s.cache_ttl_s,

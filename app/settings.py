@@ -83,6 +83,9 @@ class Settings(BaseSettings):
     detect_languages: CommaList = Field([], description="Languages POST /detect and source 'auto' choose among "
                                         "(ISO 639-1 codes); empty: all 75 the detector (lingua) knows, ~1.2 GB of "
                                         "models once loaded; 'none': detection off.")
+    detect_preload: bool = Field(True, description="Load the detector's language models before the port opens "
+                                 "(~30 s for all 75 languages on 2 cores). Off: they load on the first detection, "
+                                 "and every request waits meanwhile.")
     detect_low_accuracy: bool = Field(False, description="Detect with lingua's small models (~80 MB; on UI strings "
                                       "66% right instead of 80%, see bench/langid.py).")
     cache: bool = Field(True, description="Translation cache: the same text, model and options decoded once "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +16,10 @@ from model.checkpoint import save_checkpoint
 from model.config import ModelConfig
 from model.protect import SENTINELS
 from model.transformer import Transformer
+
+# In-process test apps detect among all 75 languages; preloading them would cost each app ~30 s
+# and 1.2 GB. The servers of the e2e tests set it back to true with a short language list.
+os.environ.setdefault("NMT_DETECT_PRELOAD", "false")
 
 TINY_TEXT = [
     "The quick brown fox jumps over the lazy dog.",

@@ -331,6 +331,8 @@ def test_detect_errors(detecting, tiny_checkpoint, monkeypatch):
         assert "detection is off" in error(off, "POST", "/detect", json={"q": GERMAN_TEXT})
     with pytest.raises(ValueError, match="xx unknown to the detector"):
         LanguageDetector(["en", "xx"])
+    preloaded = LanguageDetector(["en", "de", "fr"], preload=True)
+    assert preloaded.preloaded and preloaded.detect("Bonjour à tous, comment allez-vous ?")[0][0] == "fr"
 
 
 def test_auto_source_detects_each_text(detecting, de_en, fr_de, tiny_checkpoint):

@@ -52,7 +52,8 @@ def server(tiny_checkpoint):
     port = free_port()
     env = {**os.environ, "NMT_MODEL_DIRS": str(tiny_checkpoint), "NMT_WORKERS": "2", "NMT_THREADS_PER_WORKER": "1",
            "NMT_MAX_WAIT_MS": "30", "NMT_DTYPE": "float32", "NMT_MAX_ITEMS": "8", "NMT_MAX_CHARS": "300",
-           "NMT_FAULT_INJECTION": "true", "NMT_DETECT_LANGUAGES": "en,de,fr", "NMT_MAX_BODY_BYTES": "100000",
+           "NMT_FAULT_INJECTION": "true", "NMT_DETECT_LANGUAGES": "en,de,fr", "NMT_DETECT_PRELOAD": "true",
+           "NMT_MAX_BODY_BYTES": "100000",
            "NMT_CACHE": "false"}  # faults and batching are about decoding: nothing from the cache
     process = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1",
                                 "--port", str(port), "--log-level", "warning"], cwd=ROOT, env=env)

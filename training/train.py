@@ -65,7 +65,7 @@ class Corpus:
 
 
 def load_training_corpus(data_dir: Path, dict_keep: int, seed: int, short_keep: int = -1,
-                         repeat: dict[str, int] | None = None) -> Corpus:
+                         repeat: dict[str, int] | None = None, subsample: dict[str, int] | None = None) -> Corpus:
     """The training pairs, weighted toward full sentences.
 
     - `ding_dict` word/phrase entries are subsampled to `dict_keep`: ~312k of the pairs are 1-3
@@ -73,6 +73,8 @@ def load_training_corpus(data_dir: Path, dict_keep: int, seed: int, short_keep: 
       to emit fragments.
     - 1-2 word pairs of the other sources (menu labels, mostly) are subsampled to `short_keep`
       (-1: all), for the same reason.
+    - `subsample` cuts a source's pairs to a count (e.g. {"bible": 30000}: its verses are long,
+      so the whole Bible would be a large share of the target tokens).
     - `repeat` repeats a source's pairs (e.g. {"ding": 2}: the Ding example sentences are the
       little general, conversational language there is).
     """
@@ -81,16 +83,18 @@ def load_training_corpus(data_dir: Path, dict_keep: int, seed: int, short_keep: 
     sources = read_lines(d / "train.source") if (d / "train.source").exists() else ["all"] * len(en)
     if not len(en) == len(de) == len(sources):
         raise ValueError(f"{d}: train.en/train.de/train.source differ in length")
-    keep = np.ones(len(en), dtype=bool)
+    chosen = np.ones(len(en), dtype=bool)
     rng = np.random.default_rng(seed)
     dict_rows = np.array([i for i, s in enumerate(sources) if s == "ding_dict"], dtype=np.int64)
     short_rows = np.array([i for i, s in enumerate(sources) if s != "ding_dict" and len(en[i].split()) <= 2],
                           dtype=np.int64)
-    for rows, limit in ((dict_rows, dict_keep), (short_rows, short_keep)):
+    source_rows = [(np.array([i for i, s in enumerate(sources) if s == src], dtype=np.int64), n)
+                   for src, n in (subsample or {}).items()]
+    for rows, limit in ((dict_rows, dict_keep), (short_rows, short_keep), *source_rows):
         if 0 <= limit < len(rows):
-            keep[rows] = False
-            keep[rng.choice(rows, size=limit, replace=False)] = True
-    rows = np.flatnonzero(keep)
+            chosen[rows] = False
+            chosen[rng.choice(rows, size=limit, replace=False)] = True
+    rows = np.flatnonzero(chosen)
     repeat = repeat or {}
     rows = np.concatenate([rows] + [rows[[sources[i] == src for i in rows]] for src, n in repeat.items()
                                     for _ in range(n - 1)])
@@ -104,7 +108,8 @@ def load_training_corpus(data_dir: Path, dict_keep: int, seed: int, short_keep: 
     kept = [m for m in masked if m is not None]
     description = {"pairs": len(kept), "pairs_by_source": dict(sorted(counts.items())),
                    "ding_dict_available": int(len(dict_rows)), "ding_dict_kept": int(counts.get("ding_dict", 0)),
-                   "short_available": int(len(short_rows)), "short_keep": short_keep, "repeat": repeat,
+                   "short_available": int(len(short_rows)), "short_keep": short_keep, "subsample": subsample or {},
+                   "repeat": repeat,
                    "pairs_with_spans": sum(any(c in protect.SENTINELS for c in m[0]) for m in kept),
                    "dropped_span_mismatch": len(masked) - len(kept)}
     return Corpus([m[0] for m in kept], [m[1] for m in kept], description)
@@ -441,7 +446,8 @@ class Trainer:
 
     def load_data(self) -> None:
         a, c = self.args, self.config
-        corpus = load_training_corpus(Path(a.data), a.dict_keep, a.seed, a.short_keep, parse_repeat(a.repeat))
+        corpus = load_training_corpus(Path(a.data), a.dict_keep, a.seed, a.short_keep, parse_counts(a.repeat),
+                                      parse_counts(getattr(a, "subsample", "")))  # runs older than --subsample lack it
         t0 = time.time()
         self.train_data = encode_corpus(self.sp, corpus.en, corpus.de, c.eos_id, a.max_len)
         self.data_description = dict(corpus.description, pairs_after_length_filter=len(self.train_data),
@@ -647,7 +653,7 @@ def prepare_run(args) -> Path:
     else:
         t0 = time.time()
         corpus = load_training_corpus(Path(args.data), args.dict_keep, args.seed, args.short_keep,
-                                      parse_repeat(args.repeat))
+                                      parse_counts(args.repeat), parse_counts(args.subsample))
         train_sentencepiece(corpus, run_dir / "spm", args.vocab_size, args.spm_sample, args.seed)
         log(f"sentencepiece: {args.vocab_size} pieces in {time.time() - t0:.0f}s")
     vocab = spm.SentencePieceProcessor(model_file=str(run_dir / "spm.model")).get_piece_size()
@@ -661,7 +667,7 @@ def prepare_run(args) -> Path:
     return run_dir
 
 
-def parse_repeat(text: str | None) -> dict[str, int]:
+def parse_counts(text: str | None) -> dict[str, int]:
     """"ding=2,lohelp=1" -> {"ding": 2, "lohelp": 1}."""
     out = {}
     for item in (text or "").split(","):
@@ -731,6 +737,7 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("data")
     g.add_argument("--dict-keep", type=int, default=60000, help="ding_dict entries kept (-1: all)")
     g.add_argument("--short-keep", type=int, default=-1, help="1-2 word pairs of the other sources kept (-1: all)")
+    g.add_argument("--subsample", default="", help="subsample sources' pairs to these counts, e.g. bible=30000")
     g.add_argument("--repeat", default="", help="repeat sources' pairs, e.g. ding=2")
     g.add_argument("--vocab-size", type=int, default=8000)
     g.add_argument("--spm-sample", type=int, default=300000, help="sentences sampled to train SentencePiece")

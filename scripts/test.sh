@@ -17,5 +17,8 @@ if [ -n "$missing" ]; then
   fi
 fi
 .venv/bin/ruff check .  # lint first: a finding fails the run
+# Build the C++ kernels now (minutes in a fresh checkout), so that no test that starts a worker
+# spends its readiness deadline compiling them; without a compiler the tests run on PyTorch ops.
+.venv/bin/python -c "from model import kernels; print('CPU kernels:', 'built' if kernels.load() else 'unavailable')"
 # -m "": every test, the kernels, browser and end-to-end ones too (a plain `pytest` leaves those out)
 exec .venv/bin/python -m pytest -m "" "$@"

@@ -191,6 +191,43 @@ def test_init_from_grows_the_vocabulary_by_the_sentinels(overfit_model, tmp_path
     torch.testing.assert_close(embed[: len(kept)], stored_state(small)["src_embed.weight"])
 
 
+def test_grow_encoder_starts_as_the_checkpoint_and_then_trains(overfit_model, tmp_path):
+    """--grow-encoder 4 from a 2-layer encoder: before any update the deeper model's logits are the
+    checkpoint's; a copy's output projections are zero and its other weights are its layer's."""
+    final, corpus = overfit_model
+    old_model, _, _ = load_checkpoint(final)
+    run_dir = run(corpus, tmp_path / "deep", "--init-from", str(final), "--grow-encoder", "4",
+                  "--max-steps", "1", "--lr", "0")
+    config = ModelConfig.load(run_dir / "config.json")
+    assert config.encoder_layers == 4 and config.decoder_layers == old_model.config.decoder_layers
+    state = load_file(str(train.list_checkpoints(run_dir)[-1] / "state.safetensors"))
+    deep = Transformer(config)
+    train.load_weights(deep, {k[len("model."):]: t for k, t in state.items() if k.startswith("model.")})
+    old = stored_state(old_model)
+    assert not deep.encoder_layers[1].self_attn.out_proj.weight.any()
+    assert not deep.encoder_layers[1].ffn.w2.bias.any()
+    torch.testing.assert_close(deep.encoder_layers[3].ffn.w1.weight, old["encoder_layers.1.ffn.w1.weight"])
+    torch.testing.assert_close(deep.encoder_layers[2].ffn.w2.weight, old["encoder_layers.1.ffn.w2.weight"])
+    src = torch.tensor([[5, 9, 14, 3], [7, 3, 0, 0]])
+    tgt = torch.tensor([[2, 11, 6], [2, 8, 0]])
+    with torch.no_grad():
+        torch.testing.assert_close(deep.eval()(src, tgt), old_model.float().eval()(src, tgt))
+    with pytest.raises(ValueError, match="not a multiple"):
+        train.deepen_encoder(old, 2, 3)
+
+
+def test_grow_encoder_refuses_a_shape_it_cannot_grow(overfit_model, tmp_path):
+    final, corpus = overfit_model
+    with pytest.raises(SystemExit, match="not a multiple"):
+        run(corpus, tmp_path / "odd", "--init-from", str(final), "--grow-encoder", "3", "--max-steps", "1")
+    post = tmp_path / "post"
+    shutil.copytree(final, post)
+    config = json.loads((post / "config.json").read_text())
+    (post / "config.json").write_text(json.dumps({**config, "norm": "post"}))
+    with pytest.raises(SystemExit, match="pre-norm"):
+        run(corpus, tmp_path / "from_post", "--init-from", str(post), "--grow-encoder", "4", "--max-steps", "1")
+
+
 def test_subsample_cuts_and_repeat_repeats_a_source(tmp_path):
     rows = [(f"Bible verse number {i}.", f"Bibelvers Nummer {i}.", "bible") for i in range(10)]
     rows += [(f"Example sentence {i} here.", f"Beispielsatz {i} hier.", "ding") for i in range(3)]

@@ -381,6 +381,27 @@ def grow_weights(model: Transformer, weights: dict[str, torch.Tensor]) -> None:
             t[: w.size(0)].copy_(w)
 
 
+def deepen_encoder(weights: dict[str, torch.Tensor], layers: int, new_layers: int) -> dict[str, torch.Tensor]:
+    """Function-preserving depth growth, after Net2Net (Chen et al., 2016): encoder layer i of the
+    checkpoint becomes layers i*k ... i*k+k-1 of the deeper model (k = new_layers / layers). The
+    first keeps the trained weights; the others are copies whose output projections (attention
+    out_proj, feed-forward w2) start at zero. With pre-norm residuals x + sublayer(norm(x)) such a
+    copy is the identity, so the deeper model computes exactly what the checkpoint did, and
+    training moves the copies away from it."""
+    if new_layers % layers:
+        raise ValueError(f"{new_layers} encoder layers is not a multiple of the checkpoint's {layers}")
+    k, prefix = new_layers // layers, "encoder_layers."
+    out = {name: t for name, t in weights.items() if not name.startswith(prefix)}
+    for name, t in weights.items():
+        if not name.startswith(prefix):
+            continue
+        index, rest = name[len(prefix):].split(".", 1)
+        for copy in range(k):
+            silent = copy > 0 and rest.split(".")[1] in ("out_proj", "w2")
+            out[f"{prefix}{int(index) * k + copy}.{rest}"] = torch.zeros_like(t) if silent else t.clone()
+    return out
+
+
 def load_weights(model: Transformer, weights: dict[str, torch.Tensor]) -> None:
     with torch.no_grad():
         for name, t in stored_state(model).items():
@@ -660,6 +681,13 @@ def prepare_run(args) -> Path:
     if args.init_from:
         config = ModelConfig.load(Path(args.init_from) / "config.json")
         config.src_vocab_size = config.tgt_vocab_size = vocab
+        if args.grow_encoder:
+            if config.norm != "pre":
+                raise SystemExit("--grow-encoder needs a pre-norm checkpoint (its new layers start as the identity)")
+            if args.grow_encoder % config.encoder_layers:
+                raise SystemExit(f"--grow-encoder {args.grow_encoder} is not a multiple of the checkpoint's "
+                                 f"{config.encoder_layers} encoder layers")
+            config.encoder_layers = args.grow_encoder
         config.save(run_dir / "config.json")
     else:
         build_config(args, vocab).save(run_dir / "config.json")
@@ -700,7 +728,10 @@ def train_command(args) -> Path:
     else:
         if args.init_from:
             model, _, _ = load_checkpoint(Path(args.init_from))
-            grow_weights(trainer.model, stored_state(model))
+            weights = stored_state(model)
+            if args.grow_encoder:
+                weights = deepen_encoder(weights, model.config.encoder_layers, args.grow_encoder)
+            grow_weights(trainer.model, weights)
         trainer.write_log({"start": True, "parameters": trainer.model.num_parameters(), "init_from": args.init_from,
                            "config": json.loads((run_dir / "config.json").read_text())})
     trainer.run()
@@ -744,6 +775,8 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--spm", help="use this SentencePiece model instead of training one")
     g.add_argument("--init-from", help="start from this checkpoint directory's weights, vocabulary (plus the "
                    "sentinels of protected spans) and shape; Adam and the schedule start afresh")
+    g.add_argument("--grow-encoder", type=int, help="with --init-from: this many encoder layers, a multiple of "
+                   "the checkpoint's; each trained layer is followed by copies that start as the identity")
     g.add_argument("--max-len", type=int, default=128, help="drop pairs with a side this long (tokens)")
     g.add_argument("--max-tokens", type=int, default=2500, help="padded tokens (longest side) per batch")
     g.add_argument("--accum", type=int, default=2, help="batches per optimizer step")

@@ -391,11 +391,12 @@ def deepen_encoder(weights: dict[str, torch.Tensor], layers: int, new_layers: in
     if new_layers % layers:
         raise ValueError(f"{new_layers} encoder layers is not a multiple of the checkpoint's {layers}")
     k, prefix = new_layers // layers, "encoder_layers."
-    out = {name: t for name, t in weights.items() if not name.startswith(prefix)}
+    out = {}
     for name, t in weights.items():
         if not name.startswith(prefix):
+            out[name] = t
             continue
-        index, rest = name[len(prefix):].split(".", 1)
+        index, rest = name[len(prefix):].split(".", 1)  # "3", "self_attn.out_proj.weight"
         for copy in range(k):
             silent = copy > 0 and rest.split(".")[1] in ("out_proj", "w2")
             out[f"{prefix}{int(index) * k + copy}.{rest}"] = torch.zeros_like(t) if silent else t.clone()

@@ -8,6 +8,7 @@ from training.corpus import (
     ddtp_blocks,
     dedup,
     dedup_against,
+    drop_ding_lines,
     extract_bible,
     modernize_spelling,
     parse_ding_line,
@@ -134,6 +135,20 @@ def test_ding_parsing_and_general_test():
           for i in range(10)]
     assert len(pick_general_test(ps, 3)) == 3
     assert pick_general_test(ps, 3) == pick_general_test(list(reversed(ps)), 3)
+
+
+def test_general_test_takes_its_whole_ding_line_out_of_training():
+    def pair(source, unit, en):
+        return {"source": source, "unit": unit, "en": en, "de": "x"}
+    held = pair("ding", "line7", "Why didn't you say so in the first place?")
+    sibling_sentence = pair("ding", "line7", "I was against it in the first place.")
+    sibling_gloss = pair("ding_dict", "line7", "in the first place")
+    other_line = pair("ding", "line8", "He is ill.")
+    same_unit_name_elsewhere = pair("gettext", "line7", "Open the file.")
+    pairs = [held, sibling_sentence, sibling_gloss, other_line, same_unit_name_elsewhere]
+    rest, dropped = drop_ding_lines(pairs, [held])
+    assert rest == [other_line, same_unit_name_elsewhere]
+    assert dropped == {"ding": 1, "ding_dict": 1}
 
 
 def test_read_mo_handles_context_and_plurals(tmp_path):

@@ -44,7 +44,10 @@ Cleaning decisions:
   a held-out unit is discarded so no near-duplicate leaks into training.  Train pairs
   whose normalised English (casefold, letters/digits only) occurs in dev/test are dropped.
   ``test_general`` is ~1000 Ding example sentences (English >= 4 words, no "/" alternatives),
-  removed from train.  Catalogs with > 150 eligible pairs always stay in train.
+  removed from train together with every other pair of their Ding lines (the line's other
+  example sentences and its word/phrase glosses: "in the first place" would otherwise teach
+  the idiom of a held-out "Why didn't you say so in the first place?").  Catalogs with > 150
+  eligible pairs always stay in train.
 """
 from __future__ import annotations
 
@@ -821,6 +824,23 @@ def pick_general_test(pairs: list[dict], size: int, seed: str = SEED) -> list[di
     return cands[:size]
 
 
+def drop_ding_lines(pairs: list[dict], general: list[dict]) -> tuple[list[dict], Counter]:
+    """Remove test_general's pairs and every other Ding pair (``ding`` or ``ding_dict``) of the
+    same dictionary line, so a held-out sentence's idiom is not taught by its siblings.
+    Returns the remaining pairs and how many siblings each source lost."""
+    held_ids = {id(p) for p in general}
+    held_lines = {p["unit"] for p in general}
+    rest, dropped = [], Counter()
+    for p in pairs:
+        if id(p) in held_ids:
+            continue
+        if p["source"] in ("ding", "ding_dict") and p["unit"] in held_lines:
+            dropped[p["source"]] += 1
+            continue
+        rest.append(p)
+    return rest, dropped
+
+
 def protect_ok(en: str) -> bool:
     """Pairs for the placeholder/markup test: at least one protected span, 2..60 words."""
     return 2 <= word_count(en) <= HELDOUT_MAX_WORDS and bool(protect.find_spans(en))
@@ -951,8 +971,7 @@ def build(out_dir: Path, cache_dir: Path, sources: list[str] | None = None) -> d
     kept, d_pair, d_en = dedup(cleaned)
 
     general = pick_general_test(kept, TEST_GENERAL_SIZE)
-    general_ids = {id(p) for p in general}
-    rest = [p for p in kept if id(p) not in general_ids]
+    rest, d_sibling = drop_ding_lines(kept, general)
 
     sw = [s for s in ["gettext", "ddtp", "lohelp", "mallard"] if s in sources]
     weights = {s: sum(1 for p in rest if p["source"] == s and heldout_ok(p["en"])
@@ -981,6 +1000,7 @@ def build(out_dir: Path, cache_dir: Path, sources: list[str] | None = None) -> d
         row["drop_dup_pair"] = d_pair[s]
         row["drop_dup_en"] = d_en[s]
         row["unique"] = row["clean"] - d_pair[s] - d_en[s]
+        row["drop_test_line"] = d_sibling[s]
         row["train"] = sum(p["source"] == s for p in train)
         row["train_sentence_like"] = sum(p["source"] == s and is_sentence_like(p["en"]) for p in train)
         row["dev"] = sum(p["source"] == s for p in dev)
@@ -1006,7 +1026,7 @@ def build(out_dir: Path, cache_dir: Path, sources: list[str] | None = None) -> d
 def stats_markdown(stats: dict) -> str:
     """Render the per-source filter table, split sizes and licences as Markdown."""
     cols = ["raw"] + [f"drop_{f}" for f in FILTERS] + ["clean", "drop_dup_pair", "drop_dup_en",
-            "unique", "train", "train_sentence_like", "dev", "test_sw", "test_general", "test_protect"]
+            "unique", "drop_test_line", "train", "train_sentence_like", "dev", "test_sw", "test_general", "test_protect"]
     lines = ["# en-de corpus statistics", "",
              "Pairs per source before/after each filter (drops are applied in column order).", "",
              "| source | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]

@@ -277,3 +277,15 @@ def test_old_spelling_modernized_only_where_the_other_sources_agree():
     assert pairs[2]["de"] == "Er muss wissen, dass sein Fuß weiß ist; Daß Fluss."  # "Dass" unseen
     assert pairs[3]["de"] == "Das Maß und die Buße."  # ß before a vowel, or the ß form is in use
     assert pairs[0]["de"].startswith("Sie muss")  # other sources untouched
+
+
+def test_overlap_flags_held_out_sentences_whose_ding_line_is_in_training():
+    from training.overlap import is_phrase, sibling_flags
+    lines = ["von Anfang an | Ich war von Anfang an dagegen. | Warum hast du das nicht gleich gesagt? :: "
+             "in the first place | I was against it in the first place. | Why didn't you say so in the first place?",
+             "Er ist krank. :: He is ill."]
+    test = [("Why didn't you say so in the first place?", "Warum hast du das nicht gleich gesagt?"),
+            ("He is ill.", "Er ist krank.")]
+    assert sibling_flags(lines, test, {("in the first place", "von Anfang an")}) == [True, False]
+    assert sibling_flags(lines, test, set()) == [False, False]
+    assert is_phrase("to call back <> sb.") and not is_phrase("He is ill.")

@@ -17,6 +17,10 @@ if [ -n "$missing" ]; then
   fi
 fi
 .venv/bin/ruff check .  # lint first: a finding fails the run
+# This checkout's own kernel build cache. Two checkouts sharing ~/.cache/torch_extensions rebuild
+# each other's kernels (torch rebuilds when the source paths differ), and a test's worker then
+# waits on that build past its readiness deadline.
+export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$PWD/.cache/torch_extensions}"
 # Build the C++ kernels now (minutes in a fresh checkout), so that no test that starts a worker
 # spends its readiness deadline compiling them; without a compiler the tests run on PyTorch ops.
 .venv/bin/python -c "from model import kernels; print('CPU kernels:', 'built' if kernels.load() else 'unavailable')"

@@ -94,12 +94,20 @@ def wait_ready(url: str, processes: list, timeout_s: float = 120) -> None:
     import httpx
 
     deadline = time.monotonic() + timeout_s
+    last = "no answer"  # what /ready said last, for the failure message
+
+    def logs() -> str:  # the servers' output where they keep it (a `log` path on the Popen)
+        return "".join(f"\n--- {p.log}:\n{Path(p.log).read_text(errors='replace')[-2000:]}"
+                       for p in processes if getattr(p, "log", None) and Path(p.log).exists())
+
     while True:
-        assert all(p.poll() is None for p in processes), "a server process exited"
-        assert time.monotonic() < deadline, f"{url} not ready after {timeout_s:g} s"
+        assert all(p.poll() is None for p in processes), f"a server process exited; /ready said: {last}{logs()}"
+        assert time.monotonic() < deadline, f"{url} not ready after {timeout_s:g} s; /ready said: {last}{logs()}"
         try:
-            if httpx.get(f"{url}/ready").status_code == 200:
+            response = httpx.get(f"{url}/ready")
+            if response.status_code == 200:
                 return
-        except httpx.TransportError:
-            pass
+            last = f"{response.status_code} {response.text[:500]}"
+        except httpx.TransportError as error:
+            last = f"{type(error).__name__}: {error}"
         time.sleep(0.1)

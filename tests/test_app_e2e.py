@@ -58,11 +58,13 @@ def server(tiny_checkpoint):
     process = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1",
                                 "--port", str(port), "--log-level", "warning"], cwd=ROOT, env=env)
     url = f"http://127.0.0.1:{port}"
-    wait_ready(url, [process], timeout_s=90)
-    yield url, process
-    if process.poll() is None:
-        process.terminate()
-        process.wait(30)
+    try:  # stopped even when it never gets ready
+        wait_ready(url, [process], timeout_s=90)
+        yield url, process
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            process.wait(30)
 
 
 def test_concurrent_mixed_requests_each_get_their_own_translation(server, tiny_checkpoint):

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -65,20 +66,25 @@ def start_replica(checkpoint: Path, redis_url: str) -> tuple[str, subprocess.Pop
     env = {**os.environ, "NMT_MODEL_DIRS": str(checkpoint), "NMT_WORKERS": "1", "NMT_THREADS_PER_WORKER": "1",
            "NMT_DTYPE": "float32", "NMT_REDIS_URL": redis_url, "NMT_DETECT_LANGUAGES": "en,de", "NMT_DETECT_PRELOAD": "true",
            "NMT_MAX_WAIT_MS": "2"}
-    process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-                               cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # `nmt serve`
+    log = Path(tempfile.gettempdir()) / f"nmt-replica-{port}.log"  # wait_ready shows its tail on a failure
+    with open(log, "wb") as out:
+        process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+                                   cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)  # `nmt serve`
+    process.log = log
     return f"http://127.0.0.1:{port}", process
 
 
 @pytest.fixture(scope="module")
 def replicas(tiny_sentinel_checkpoint, redis):
     started = [start_replica(tiny_sentinel_checkpoint, redis.url) for _ in range(2)]
-    for url, process in started:
-        wait_ready(url, [process])
-    yield [url for url, _ in started]
-    for _, process in started:
-        process.terminate()
-        process.wait(30)
+    try:  # stopped even when one never gets ready
+        for url, process in started:
+            wait_ready(url, [process])
+        yield [url for url, _ in started]
+    finally:
+        for _, process in started:
+            process.terminate()
+            process.wait(30)
 
 
 def cache_hits(url: str) -> float:

@@ -2,6 +2,10 @@
 # Set up (first run) and run the whole test suite, browser tests included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# This checkout's own kernel build cache. Two checkouts sharing ~/.cache/torch_extensions rebuild
+# each other's kernels (torch rebuilds when the source paths differ), and a test's worker then
+# waits on that build past its readiness deadline.
+export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$PWD/.cache/torch_extensions}"
 bash scripts/setup.sh test
 # the browser tests drive Debian's Chromium (Playwright's own download does not work offline); the
 # scale-out tests start Debian's redis-server and nginx
@@ -17,10 +21,6 @@ if [ -n "$missing" ]; then
   fi
 fi
 .venv/bin/ruff check .  # lint first: a finding fails the run
-# This checkout's own kernel build cache. Two checkouts sharing ~/.cache/torch_extensions rebuild
-# each other's kernels (torch rebuilds when the source paths differ), and a test's worker then
-# waits on that build past its readiness deadline.
-export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$PWD/.cache/torch_extensions}"
 # Build the C++ kernels now (minutes in a fresh checkout), so that no test that starts a worker
 # spends its readiness deadline compiling them; without a compiler the tests run on PyTorch ops.
 .venv/bin/python -c "from model import kernels; print('CPU kernels:', 'built' if kernels.load() else 'unavailable')"

@@ -680,9 +680,13 @@ def parse_ding_line(line: str) -> list[tuple[str, str]]:
     return [(e, d) for e, d in pairs if e and d]
 
 
+DING_PACKAGE, DING_FILE = "trans-de-en", "usr/share/trans/de-en"
+DING_SOURCES = ("ding", "ding_dict")  # example sentences, word/phrase glosses
+
+
 def extract_ding(pkgs: dict[str, Path]) -> Iterator[tuple[str, str, str, str]]:
     """Yield (source, unit, en, de); example sentences are tagged ``ding``."""
-    path = pkgs["trans-de-en"] / "usr/share/trans/de-en"
+    path = pkgs[DING_PACKAGE] / DING_FILE
     lines = path.read_text("utf-8", "replace").splitlines()
     for i, line in enumerate(progress(lines, "ding lines")):
         for en, de in parse_ding_line(line):
@@ -834,7 +838,7 @@ def drop_ding_lines(pairs: list[dict], general: list[dict]) -> tuple[list[dict],
     for p in pairs:
         if id(p) in held_ids:
             continue
-        if p["source"] in ("ding", "ding_dict") and p["unit"] in held_lines:
+        if p["source"] in DING_SOURCES and p["unit"] in held_lines:
             dropped[p["source"]] += 1
             continue
         rest.append(p)

@@ -14,12 +14,11 @@ model's hypotheses, chrF on each part:
 from __future__ import annotations
 
 import argparse
-import glob
 from pathlib import Path
 
 import sacrebleu
 
-from training.corpus import normalize, parse_ding_line
+from training.corpus import DING_FILE, DING_PACKAGE, DING_SOURCES, fetch_packages, normalize, parse_ding_line
 
 
 def is_phrase(en: str) -> bool:
@@ -48,30 +47,27 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--hyp", help="hypotheses for test_general, one per line")
     a = ap.parse_args(argv)
     data = Path(a.data)
-    ding_file = glob.glob(str(Path(a.cache) / "extract/trans-de-en_*/usr/share/trans/de-en"))
-    if not ding_file:
-        raise SystemExit(f"no extracted trans-de-en under {a.cache}/extract: run nmt corpus first")
-    ding_lines = Path(ding_file[0]).read_text("utf-8", "replace").splitlines()
+    ding = fetch_packages([DING_PACKAGE], Path(a.cache))[DING_PACKAGE] / DING_FILE  # cached by nmt corpus
+    ding_lines = ding.read_text("utf-8", "replace").splitlines()
     src = (data / "test_general.en").read_text("utf-8").splitlines()
     ref = (data / "test_general.de").read_text("utf-8").splitlines()
     train = set()
     with open(data / "train.source") as s, open(data / "train.en") as e, open(data / "train.de") as d:
         for source, en, de in zip(s, e, d):
-            if source.strip() in ("ding", "ding_dict"):
+            if source.strip() in DING_SOURCES:
                 train.add((en.rstrip("\n"), de.rstrip("\n")))
     flags = sibling_flags(ding_lines, list(zip(src, ref)), train)
     hyp = Path(a.hyp).read_text("utf-8").splitlines() if a.hyp else None
-    print("| test_general part | sentences | chrF |" if hyp else "| test_general part | sentences |")
-    print("|---|---:|---:|" if hyp else "|---|---:|")
+    print("| test_general part | sentences |" + (" chrF |" if hyp else ""))
+    print("|---|---:|" + ("---:|" if hyp else ""))
     for phrase in (False, True):
         for sibling in (False, True):
             idx = [i for i in range(len(src)) if is_phrase(src[i]) == phrase and flags[i] == sibling]
             name = f"{'phrases' if phrase else 'sentences'}, {'siblings' if sibling else 'no siblings'} in train"
-            if hyp:
-                chrf = sacrebleu.corpus_chrf([hyp[i] for i in idx], [[ref[i] for i in idx]]).score if idx else 0.0
-                print(f"| {name} | {len(idx)} | {chrf:.2f} |")
-            else:
-                print(f"| {name} | {len(idx)} |")
+            chrf = ""
+            if hyp and idx:
+                chrf = f" {sacrebleu.corpus_chrf([hyp[i] for i in idx], [[ref[i] for i in idx]]).score:.2f} |"
+            print(f"| {name} | {len(idx)} |{chrf}")
 
 
 if __name__ == "__main__":

@@ -2,10 +2,6 @@
 # Set up (first run) and run the whole test suite, browser tests included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# This checkout's own kernel build cache. Two checkouts sharing ~/.cache/torch_extensions rebuild
-# each other's kernels (torch rebuilds when the source paths differ), and a test's worker then
-# waits on that build past its readiness deadline.
-export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$PWD/.cache/torch_extensions}"
 bash scripts/setup.sh test
 # the browser tests drive Debian's Chromium (Playwright's own download does not work offline); the
 # scale-out tests start Debian's redis-server and nginx

@@ -341,6 +341,27 @@ def test_a_read_only_cache_is_used_when_its_build_matches_the_source(kernels, mo
         loader._build()
 
 
+def test_a_checkout_elsewhere_shares_the_build_of_the_same_code(kernels, monkeypatch, tmp_path):
+    """Two checkouts of the same code sharing one kernel cache: the second builds nothing (torch's
+    loader would rebuild for sources at another path; they are built from the cache's copies)."""
+    import shutil
+
+    import torch.utils.cpp_extension as extension
+
+    name = f"nmt_cpu_kernels_{torch.backends.cpu.get_cpu_capability().lower()}"
+    directory = Path(extension._get_build_directory(name, verbose=False))
+    loader._build()  # this checkout's build (the fixture made it)
+    library, ninja = directory / f"{name}.so", directory / "build.ninja"
+    built, commands = library.stat().st_mtime_ns, ninja.read_text()
+    other = tmp_path / "checkout" / "model" / "kernels"
+    shutil.copytree(Path(loader.__file__).parent, other, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(loader, "_SOURCES", [other / path.name for path in loader._SOURCES])
+    monkeypatch.setattr(loader, "_HEADER", other / loader._HEADER.name)
+    assert loader._build().vector_size == kernels.vector_size
+    assert library.stat().st_mtime_ns == built and ninja.read_text() == commands
+    assert str(tmp_path) not in commands and str(directory / "src") in commands
+
+
 def test_a_read_only_cache_without_this_width_uses_a_narrower_build(monkeypatch):
     """An AVX-512 host running an image built on an AVX2 one, read-only: the AVX2 build."""
     narrower = object()

@@ -10,7 +10,8 @@
 - fused.cpp: an int8 model's encoder and decoder step as one call each (model/cpu/fused.py).
 
 They are compiled on first use with torch's C++ extension loader (needs g++ and ninja; the
-result is cached under TORCH_EXTENSIONS_DIR, ~/.cache/torch_extensions by default) for the
+result is cached under TORCH_EXTENSIONS_DIR, ~/.cache/torch_extensions by default, and built from
+copies of the sources kept there, so that checkouts sharing the cache share its build) for the
 vector instructions torch itself uses on this CPU. A read-only cache (a read-only container
 whose image built them) is used as it is when its build matches this source. Where they
 cannot be built, or with NMT_CPU_KERNELS=0, `available()` is False and callers use PyTorch ops; tests compare both.
@@ -67,6 +68,24 @@ def build_lock(directory: Path):
         yield
 
 
+def stage_sources(directory: Path) -> list[Path]:
+    """Copies of the sources in the build directory (directory/src), rewritten only when their
+    content changed; returns the copies of the .cpp files.
+
+    torch's loader writes the sources' paths into the build's ninja file, and ninja rebuilds when
+    a command line changes. Built from the checkout itself, two checkouts sharing one cache
+    (~/.cache/torch_extensions) would rebuild each other's kernels in turn, and a worker starting
+    meanwhile waits minutes on that build. From these copies the command lines are the same
+    whichever checkout builds, so only a change of the code itself rebuilds."""
+    staged = directory / "src"
+    staged.mkdir(parents=True, exist_ok=True)
+    for path in (*_SOURCES, _HEADER):
+        copy, content = staged / path.name, path.read_bytes()
+        if not copy.is_file() or copy.read_bytes() != content:  # an unchanged copy keeps its time stamp
+            copy.write_bytes(content)
+    return [staged / path.name for path in _SOURCES]
+
+
 def _build(capability: str | None = None):
     """Compile (or load from the cache) the kernels for this CPU's vector instructions, or for
     `capability` ("AVX512", "AVX2", "DEFAULT": the portable code, as tests use it)."""
@@ -87,7 +106,8 @@ def _build(capability: str | None = None):
     built_from = stamp_file.read_text() if stamp_file.is_file() else None
     try:
         with build_lock(directory):
-            module = build_extension(name=name, sources=[str(path) for path in _SOURCES], extra_cflags=flags)
+            sources = stage_sources(directory)
+            module = build_extension(name=name, sources=[str(path) for path in sources], extra_cflags=flags)
     except OSError:  # the cache is read-only: no lock to take, and torch's loader rewrites build.ninja
         if built_from == stamp:
             return _import(name, library)

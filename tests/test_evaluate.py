@@ -15,9 +15,10 @@ def test_eval_scores_table_and_json(overfit_model, tmp_path, capsys):
     evaluate.main(["--model", str(model_dir), "--data", str(corpus), "--sets", "test_sw", "--beams", "1,4",
                    "--threads", "1", "--out", str(out), "--hyp-dir", str(tmp_path / "hyps")])
     printed = capsys.readouterr().out
-    assert "| test_sw | 1 | 20 | 100.00 | 100.00 |" in printed
-    assert "| test_sw | 4 | 20 | 100.00 | 100.00 |" in printed
-    assert "BLEU signature: nrefs:1|case:mixed|eff:no|tok:13a" in printed and "chrF signature: nrefs:1" in printed
+    assert "| test_sw | 1 | 20 | 100.00 | 100.00 | ±0.00 |" in printed
+    assert "| test_sw | 4 | 20 | 100.00 | 100.00 | ±0.00 |" in printed
+    assert "BLEU signature: nrefs:1|bs:1000|seed:12345|case:mixed|eff:no|tok:13a" in printed
+    assert "chrF signature: nrefs:1|bs:1000" in printed
     report = json.loads(out.read_text())
     assert [(r["set"], r["beam"]) for r in report["results"]] == [("test_sw", 1), ("test_sw", 4)]
     assert all(r["sentences_per_s"] > 0 for r in report["results"])
@@ -60,3 +61,15 @@ def test_span_scores_count_what_came_back_and_what_the_model_wrote():
     s = evaluate.span_scores(sources[:1], [result("Öffne in {0}.")])
     assert s["spans_returned"] == 50.0 and s["sentences_returned"] == 0.0
     assert evaluate.span_scores(["plain"], [result("schlicht")]) is None
+
+
+def test_scores_carry_a_bootstrap_confidence_interval():
+    """Half the hypotheses right: an interval that is neither zero nor the whole scale, the same
+    on every call (a fixed seed), and wider on fewer sentences."""
+    refs = [f"Das ist der Satz Nummer {i} über das Wetter in Berlin." for i in range(200)]
+    hyps = [r if i % 2 else "Etwas ganz anderes." for i, r in enumerate(refs)]
+    s = evaluate.score(hyps, refs)
+    assert 0.5 < s["chrf_ci95"] < 20 and 0.5 < s["bleu_ci95"] < 30
+    assert evaluate.score(hyps, refs) == s
+    assert "bs:1000" in s["chrf_signature"]
+    assert evaluate.score(hyps[:40], refs[:40])["chrf_ci95"] > s["chrf_ci95"]

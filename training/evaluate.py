@@ -24,13 +24,20 @@ from model.results import TranslationResult
 from model.translator import Translator
 from training.corpus import read_lines
 
+BOOTSTRAP_SAMPLES = 1000
+
 
 def score(hypotheses: list[str], references: list[str]) -> dict:
+    """Corpus BLEU and chrF, each with the half-width of its 95% confidence interval: sacreBLEU's
+    bootstrap resampling of the sentences (1,000 samples, its fixed seed), so that two scores can
+    be told apart from the noise of which sentences a test set happens to hold."""
     from sacrebleu.metrics import BLEU, CHRF
 
     bleu, chrf = BLEU(), CHRF()
-    b, c = bleu.corpus_score(hypotheses, [references]), chrf.corpus_score(hypotheses, [references])
+    b = bleu.corpus_score(hypotheses, [references], n_bootstrap=BOOTSTRAP_SAMPLES)
+    c = chrf.corpus_score(hypotheses, [references], n_bootstrap=BOOTSTRAP_SAMPLES)
     return {"bleu": round(b.score, 2), "chrf": round(c.score, 2),
+            "bleu_ci95": round(float(b._ci), 2), "chrf_ci95": round(float(c._ci), 2),
             "bleu_signature": str(bleu.get_signature()), "chrf_signature": str(chrf.get_signature()),
             "bleu_detail": str(b)}
 
@@ -77,9 +84,9 @@ def evaluate_set(translator: Translator, sources: list[str], references: list[st
 
 
 def markdown_table(rows: list[dict]) -> str:
-    lines = ["| set | beam | sentences | BLEU | chrF | sent/s |", "|---|---|---|---|---|---|"]
+    lines = ["| set | beam | sentences | BLEU | chrF | chrF 95% CI | sent/s |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {r['set']} | {r['beam']} | {r['sentences']} | {r['bleu']:.2f} | {r['chrf']:.2f} | "
-              f"{r['sentences_per_s']:.1f} |" for r in rows]
+              f"±{r['chrf_ci95']:.2f} | {r['sentences_per_s']:.1f} |" for r in rows]
     spans = [r for r in rows if "protected_spans" in r]
     if spans:
         lines += ["", "Protected spans (placeholders, tags, URLs) in the best hypothesis, exactly as in the source:", "",
@@ -105,7 +112,7 @@ def evaluate(model_dir: str, data_dir: str, sets: list[str], beams: list[int], l
         for beam in beams:
             row, hyps = evaluate_set(translator, src, ref, beam, batch_tokens)
             rows.append({"set": name, **row})
-            print(f"{name} beam {beam}: BLEU {row['bleu']:.2f} chrF {row['chrf']:.2f} "
+            print(f"{name} beam {beam}: BLEU {row['bleu']:.2f} chrF {row['chrf']:.2f} ±{row['chrf_ci95']:.2f} "
                   f"({row['sentences_per_s']:.1f} sent/s)", file=sys.stderr, flush=True)
             if hyp_dir:
                 Path(hyp_dir).mkdir(parents=True, exist_ok=True)

@@ -16,9 +16,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import sacrebleu
-
 from training.corpus import DING_FILE, DING_PACKAGE, DING_SOURCES, fetch_packages, normalize, parse_ding_line
+from training.evaluate import score
 
 
 def is_phrase(en: str) -> bool:
@@ -58,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
                 train.add((en.rstrip("\n"), de.rstrip("\n")))
     flags = sibling_flags(ding_lines, list(zip(src, ref)), train)
     hyp = Path(a.hyp).read_text("utf-8").splitlines() if a.hyp else None
-    print("| test_general part | sentences |" + (" chrF |" if hyp else ""))
+    print("| test_general part | sentences |" + (" chrF (95% CI) |" if hyp else ""))
     print("|---|---:|" + ("---:|" if hyp else ""))
     for phrase in (False, True):
         for sibling in (False, True):
@@ -66,7 +65,8 @@ def main(argv: list[str] | None = None) -> None:
             name = f"{'phrases' if phrase else 'sentences'}, {'siblings' if sibling else 'no siblings'} in train"
             chrf = ""
             if hyp and idx:
-                chrf = f" {sacrebleu.corpus_chrf([hyp[i] for i in idx], [[ref[i] for i in idx]]).score:.2f} |"
+                part = score([hyp[i] for i in idx], [ref[i] for i in idx])
+                chrf = f" {part['chrf']:.2f} ±{part['chrf_ci95']:.2f} |"
             print(f"| {name} | {len(idx)} |{chrf}")
 
 

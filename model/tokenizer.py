@@ -67,6 +67,10 @@ class Tokenizer:
             return [self.target_sp.id_to_piece(i) for i in ids]
         return [self.target_pieces_by_id.get(i, "<unk>") for i in ids]
 
+    def decode_source(self, ids: list[int]) -> str:
+        """The text of source ids (EOS and the other special ids left out)."""
+        return self.source_sp.decode_pieces(self.source_pieces([i for i in ids if i not in self.special_ids]))
+
     def decode_pieces(self, pieces: list[str]) -> str:
         return self.target_sp.decode_pieces(pieces)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from model import kernels, protect
+from model import casing, kernels, protect
 from model.checkpoint import load_checkpoint
 from model.clean import clean_text, lone_surrogate
 from model.config import MAX_BEAM
@@ -156,6 +156,13 @@ class Translator:
                 raise ValueError(f"source {i} has {len(x)} tokens; allowed: 1 to {self.max_source_tokens}")
         if parallel < 1:
             raise ValueError(f"parallel must be at least 1, got {parallel}")
+        shouting = [False] * len(ids)
+        for i, x in enumerate(ids):  # a source in capitals is read in sentence case (model/casing.py)
+            text = masked[i].text if masked[i] else self.tokenizer.decode_source(x)
+            if casing.is_shouting(text):
+                read = self.tokenizer.encode_source(casing.sentence_case(text, self.metadata.get("source_lang")))
+                if len(read) <= self.max_source_tokens:
+                    ids[i], shouting[i] = read, True
         batches = self.batches(ids, batch_tokens // beam_size)
         while len(batches) < min(parallel, len(ids)):
             largest = max(batches, key=len)
@@ -176,7 +183,7 @@ class Translator:
         results: list[TranslationResult | None] = [None] * len(ids)
         for batch, hyps in zip(batches, outputs):
             for i, h in zip(batch, hyps):
-                results[i] = self.to_result(ids[i], h, return_attention, masked[i])
+                results[i] = self.to_result(ids[i], h, return_attention, masked[i], shouting[i])
         return results  # type: ignore[return-value]
 
     @staticmethod
@@ -205,9 +212,10 @@ class Translator:
         return self.tokenizer.has_sentinels and any(i in self.tokenizer.sentinel_ids for i in ids)
 
     def to_result(self, source_ids: list[int], hyps, return_attention: bool,
-                  masked: protect.Masked | None = None) -> TranslationResult:
-        """Hypotheses as text; each holds the source's sentinels once (protect.repair), and with
-        `masked` (the source was text) their spans are put back."""
+                  masked: protect.Masked | None = None, shouting: bool = False) -> TranslationResult:
+        """Hypotheses as text; each holds the source's sentinels once (protect.repair), is written
+        in capitals when the source was (`shouting`; its spans keep their case), and with `masked`
+        (the source was text) has its spans put back."""
         tok = self.tokenizer
         source_pieces = tok.source_pieces(source_ids)
         result = TranslationResult(source_tokens=source_pieces)
@@ -219,6 +227,8 @@ class Translator:
                 fixed = protect.repair(source_pieces, pieces, attention)
                 if fixed.changed:
                     t.text, t.spans_inserted, t.spans_removed = tok.decode_pieces(fixed.pieces), fixed.inserted, fixed.removed
+            if shouting:
+                t.text = casing.shout(t.text)  # sentinels have no case: the spans come back as written
             if return_attention:
                 t.attention = h.attention.float().cpu()
                 t.target_tokens = pieces + (["</s>"] if h.ended_with_eos else [])

@@ -73,3 +73,13 @@ def test_scores_carry_a_bootstrap_confidence_interval():
     assert evaluate.score(hyps, refs) == s
     assert "bs:1000" in s["chrf_signature"]
     assert evaluate.score(hyps[:40], refs[:40])["chrf_ci95"] > s["chrf_ci95"]
+
+
+def test_eval_in_capitals_scores_upper_cased_sets(overfit_model, tmp_path):
+    """--capitals: sources and references upper-cased; the translations come back in capitals."""
+    model_dir, corpus = overfit_model
+    report = evaluate.evaluate(str(model_dir), str(corpus), ["test_sw"], [1], limit=6, threads=1,
+                               hyp_dir=str(tmp_path), capitals=True)
+    assert report["capitals"] is True
+    hyps = (tmp_path / "test_sw.beam1.de").read_text().splitlines()
+    assert len(hyps) == 6 and all(h == h.upper() for h in hyps) and any(h != h.lower() for h in hyps)

@@ -102,13 +102,17 @@ def markdown_table(rows: list[dict]) -> str:
 
 def evaluate(model_dir: str, data_dir: str, sets: list[str], beams: list[int], limit: int | None = None,
              threads: int = 2, batch_tokens: int = 4096, hyp_dir: str | None = None,
-             dtype: str = "float32") -> dict:
+             dtype: str = "float32", capitals: bool = False) -> dict:
+    """Score each set at each beam size; with `capitals`, each set written in capitals (sources and
+    references upper-cased: how the model does on text such as UI labels in capitals)."""
     torch.set_num_threads(threads)
     translator = Translator.load(model_dir, device="cpu", dtype=dtype)
     rows = []
     for name in sets:
         src = read_lines(Path(data_dir) / f"{name}.en")[:limit]
         ref = read_lines(Path(data_dir) / f"{name}.de")[:limit]
+        if capitals:
+            src, ref = [s.upper() for s in src], [r.upper() for r in ref]
         for beam in beams:
             row, hyps = evaluate_set(translator, src, ref, beam, batch_tokens)
             rows.append({"set": name, **row})
@@ -118,14 +122,14 @@ def evaluate(model_dir: str, data_dir: str, sets: list[str], beams: list[int], l
                 Path(hyp_dir).mkdir(parents=True, exist_ok=True)
                 (Path(hyp_dir) / f"{name}.beam{beam}.de").write_text("\n".join(hyps) + "\n", encoding="utf-8")
     return {"model": str(model_dir), "metadata": translator.metadata, "threads": threads, "dtype": translator.dtype,
-            "limit": limit,
+            "limit": limit, "capitals": capitals,
             "results": rows}
 
 
 def eval_command(args) -> dict:
     report = evaluate(args.model, args.data, [s for s in args.sets.split(",") if s],
                       [int(b) for b in args.beams.split(",")], args.limit, args.threads, args.batch_tokens,
-                      args.hyp_dir, args.dtype)
+                      args.hyp_dir, args.dtype, args.capitals)
     print(markdown_table(report["results"]))
     for metric in ("bleu", "chrf"):
         for signature in sorted({r[f"{metric}_signature"] for r in report["results"]}):
@@ -146,6 +150,8 @@ def add_eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hyp-dir", help="also write the hypotheses here")
     p.add_argument("--dtype", default="float32", choices=["auto", "float32", "bfloat16", "float16", "int8"],
                    help="compute type of the model (CPU)")
+    p.add_argument("--capitals", action="store_true", help="score the sets written in capitals (sources and "
+                   "references upper-cased)")
     p.add_argument("--out", help="write the JSON report here")
 
 

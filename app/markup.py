@@ -13,6 +13,7 @@ print.` is one sentence to the model, and every tag comes back as written.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape, unescape
 from html.parser import HTMLParser
@@ -178,11 +179,12 @@ class Document:
         return " ".join(protect.unmask(s, self.spans) for s in self.sentences)
 
 
-def split_document(document: str, html: bool, spans: bool) -> Document:
+def split_document(document: str, html: bool, spans: bool, foreign: Callable[[str], bool] | None = None) -> Document:
     """Sentences to translate and the rest; with `spans`, protected spans masked first (and, in
-    HTML, inline tags too: a sentence runs across them)."""
+    HTML, inline tags too: a sentence runs across them); `foreign`: the characters the model's
+    vocabulary cannot spell, whose words are spans too (protect.find_spans)."""
     if not html:
-        masked = protect.mask(document) if spans else protect.Masked(document)
+        masked = protect.mask(document, foreign=foreign) if spans else protect.Masked(document)
         gaps, sentences = split_sentences(masked.text)
         return Document([protect.unmask(g, masked.spans) for g in gaps], sentences, masked.spans, False)
     if not spans:
@@ -193,7 +195,7 @@ def split_document(document: str, html: bool, spans: bool) -> Document:
         if isinstance(segment, str):
             between[-1] += segment
             continue
-        masked = _mask_segment(segment, len(all_spans))
+        masked = _mask_segment(segment, len(all_spans), foreign)
         all_spans += masked.spans[len(all_spans):]
         core = masked.text.strip()
         lead, trail = masked.text[:len(masked.text) - len(masked.text.lstrip())], masked.text[len(masked.text.rstrip()):]
@@ -243,7 +245,8 @@ def _split_runs(runs: list[tuple[str, str | None]]) -> list[str | list[tuple[str
             for raw, text in runs]
 
 
-def _mask_segment(segment: list[tuple[str, str | None]], first: int) -> protect.Masked:
+def _mask_segment(segment: list[tuple[str, str | None]], first: int,
+                  foreign: Callable[[str], bool] | None = None) -> protect.Masked:
     """A segment's text with sentinels first, first + 1, ... for its spans: an inline tag is a span
     kept as written; a placeholder, URL, ... in the text is one kept escaped, as it was."""
     pieces, spans = [], [""] * first
@@ -255,7 +258,7 @@ def _mask_segment(segment: list[tuple[str, str | None]], first: int) -> protect.
             else:  # no sentinel left: the tag goes in as text (the model may garble it)
                 pieces.append(unescape(raw))
             continue
-        masked = protect.mask(text, first=len(spans))
+        masked = protect.mask(text, first=len(spans), foreign=foreign)
         pieces.append(masked.text)
         spans += [escape(span, quote=False) for span in masked.spans[len(spans):]]
     return protect.Masked("".join(pieces), spans)

@@ -53,7 +53,7 @@ class ServedModel:
     def mask(self, text: str) -> protect.Masked:
         """The text as the model reads it: its protected spans as sentinels (when it has them). The
         service cleaned it already (Service.accept_texts); the worker's Translator does the same."""
-        return protect.mask(text) if self.protects_spans else protect.Masked(text)
+        return protect.mask(text, foreign=self.tokenizer.cannot_spell) if self.protects_spans else protect.Masked(text)
 
     def encode(self, masked_text: str) -> list[int]:
         """Source ids of a masked text, EOS included: exactly what the worker's Translator decodes."""

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import random
 import re
+import unicodedata
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -66,8 +68,50 @@ SPAN_RE = re.compile("|".join(f"(?:{p})" for p in (_SENTINEL, _TAG, _URL, _EMAIL
 _URL_TRAILING = ".,;:!?)]}'\""
 
 
-def find_spans(text: str) -> list[tuple[int, int]]:
-    """(start, end) of every protected span, left to right. `%%` is a literal percent sign."""
+def find_spans(text: str, foreign: Callable[[str], bool] | None = None) -> list[tuple[int, int]]:
+    """(start, end) of every protected span, left to right. `%%` is a literal percent sign.
+    With `foreign` (whether the model's vocabulary cannot spell a character), also every word
+    holding such characters (foreign_words)."""
+    found = _pattern_spans(text)
+    if foreign is None:
+        return found
+    out, pos = [], 0
+    for a, b in found + [(len(text), len(text))]:
+        out += [(pos + x, pos + y) for x, y in foreign_words(text[pos:a], foreign)]
+        out.append((a, b))
+        pos = b
+    return out[:-1]
+
+
+def foreign_words(text: str, foreign: Callable[[str], bool]) -> list[tuple[int, int]]:
+    """(start, end) of each run of characters the vocabulary cannot spell (emoji, other scripts,
+    symbols such as € or ©), widened to the whole word when it touches letters ("Café",
+    "Москва", "Dvořák"). The model would have to write such text byte by byte, which it does
+    badly; as a span it is copied as written. ASCII is never foreign: punctuation a vocabulary
+    lacks stays part of the sentence."""
+    def outside(c: str) -> bool:
+        return ord(c) > 127 and foreign(c)
+
+    out, i = [], 0
+    while i < len(text):
+        if not outside(text[i]):
+            i += 1
+            continue
+        start, end = i, i + 1
+        while end < len(text) and (outside(text[end]) or _in_word(text[end])):
+            end += 1
+        while start > 0 and _in_word(text[start - 1]):
+            start -= 1
+        out.append((start, end))
+        i = end
+    return out
+
+
+def _in_word(c: str) -> bool:
+    return c.isalpha() or unicodedata.category(c).startswith("M")
+
+
+def _pattern_spans(text: str) -> list[tuple[int, int]]:
     out = []
     pos = 0
     while True:
@@ -93,8 +137,8 @@ def _escaped_percent(text: str, i: int) -> bool:
     return run % 2 == 1
 
 
-def spans(text: str) -> list[str]:
-    return [text[a:b] for a, b in find_spans(text)]
+def spans(text: str, foreign: Callable[[str], bool] | None = None) -> list[str]:
+    return [text[a:b] for a, b in find_spans(text, foreign)]
 
 
 @dataclass
@@ -103,10 +147,11 @@ class Masked:
     spans: list[str] = field(default_factory=list)  # span k as written
 
 
-def mask(text: str, order: list[int] | None = None, first: int = 0) -> Masked:
+def mask(text: str, order: list[int] | None = None, first: int = 0,
+         foreign: Callable[[str], bool] | None = None) -> Masked:
     """Replace the spans with sentinels first, first + 1, ... (or `order`'s numbers); spans past
-    sentinel MAX_SPANS - 1 stay as they are."""
-    found = find_spans(text)[:max(0, MAX_SPANS - first)]
+    sentinel MAX_SPANS - 1 stay as they are. `foreign`: as in find_spans."""
+    found = find_spans(text, foreign)[:max(0, MAX_SPANS - first)]
     numbers = order if order is not None else list(range(first, first + len(found)))
     pieces, spans_by_number, pos = [], [""] * (max(numbers, default=-1) + 1), 0
     for (a, b), k in zip(found, numbers):

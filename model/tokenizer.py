@@ -8,6 +8,7 @@ config, which the checkpoint records. A source is its pieces followed by EOS.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -33,6 +34,14 @@ class Tokenizer:
             sp.piece_to_id(s) != sp.unk_id() for sp in (self.source_sp, self.target_sp) for s in SENTINELS)
         self.sentinel_ids = {sp.piece_to_id(s) for sp in (self.source_sp, self.target_sp)
                              for s in SENTINELS} if self.has_sentinels else set()
+        # bounded: a text can hold any of Unicode's characters
+        self.cannot_spell = functools.lru_cache(maxsize=1 << 16)(self._cannot_spell)
+
+    def _cannot_spell(self, char: str) -> bool:
+        """Whether the source vocabulary has no piece for this character: it would go in as bytes
+        (or as <unk>), and the model would have to write it back byte by byte."""
+        sp = self.source_sp
+        return any(sp.is_byte(i) or sp.is_unknown(i) for i in sp.encode(char))
 
     @classmethod
     def from_dir(cls, directory: Path, config: ModelConfig) -> Tokenizer:

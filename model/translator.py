@@ -121,7 +121,8 @@ class Translator:
         if at is not None:
             raise ValueError(f"a lone surrogate (U+{ord(text[at]):04X}) at character {at} is not valid Unicode")
         text = clean_text(text)
-        return protect.mask(text) if self.tokenizer.has_sentinels else protect.Masked(text)
+        tok = self.tokenizer
+        return protect.mask(text, foreign=tok.cannot_spell) if tok.has_sentinels else protect.Masked(text)
 
     def length_cap(self, source_len: int, max_decoding_length: int | None) -> int:
         """New target tokens allowed (EOS included): max_decoding_length when given (within the

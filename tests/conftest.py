@@ -32,13 +32,15 @@ TINY_TEXT = [
     "Klicken Sie auf die Schaltfläche, um das Dokument zu drucken.",
 ]
 
-def train_tiny_spm(directory: Path, vocab_size: int = 96, sentinels: bool = False, byte_fallback: bool = False) -> Path:
+def train_tiny_spm(directory: Path, vocab_size: int = 96, sentinels: bool = False, byte_fallback: bool = False,
+                   text: list[str] = TINY_TEXT) -> Path:
     """A joint SentencePiece model with pad=0, unk=1, bos=2, eos=3 (the project's convention);
     with `sentinels`, the sentinels of protected spans as user-defined pieces (model/protect.py);
-    with `byte_fallback`, 256 byte pieces for what its pieces do not spell (as the shipped model)."""
+    with `byte_fallback`, 256 byte pieces for what its pieces do not spell (as the shipped model);
+    `text`: what it is trained on."""
     directory.mkdir(parents=True, exist_ok=True)
     corpus = directory / "spm.txt"
-    corpus.write_text("\n".join(TINY_TEXT * 4) + "\n")
+    corpus.write_text("\n".join(text * 4) + "\n")
     prefix = directory / "spm"
     spm.SentencePieceTrainer.train(
         input=str(corpus), model_prefix=str(prefix), vocab_size=vocab_size, model_type="unigram",
@@ -49,9 +51,10 @@ def train_tiny_spm(directory: Path, vocab_size: int = 96, sentinels: bool = Fals
 
 
 def make_tiny_checkpoint(directory: Path, seed: int = 0, sentinels: bool = False, byte_fallback: bool = False,
-                         **config_overrides) -> Path:
+                         text: list[str] = TINY_TEXT, **config_overrides) -> Path:
     """A random tiny model saved in the checkpoint format; returns its directory."""
-    spm_path = train_tiny_spm(directory / "spm", 96 + 32 * sentinels + 256 * byte_fallback, sentinels, byte_fallback)
+    spm_path = train_tiny_spm(directory / "spm", 96 + 32 * sentinels + 256 * byte_fallback, sentinels, byte_fallback,
+                              text)
     vocab = spm.SentencePieceProcessor(model_file=str(spm_path)).get_piece_size()
     # 4 heads of 16: a head size the C++ attention takes, so int8 models run the fused decoder step
     options = dict(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=64, n_heads=4, d_ff=64,

@@ -179,3 +179,16 @@ def test_placeholders_come_back_exactly_once(span_client):
     assert not any(0xE000 <= ord(c) < 0xE020 for c in body["translations"][1]["text"])  # no sentinel escapes
     metrics = span_client.get("/metrics").text
     assert 'nmt_span_repairs_total{kind="inserted",model="en-de"}' in metrics
+
+
+def test_emoji_and_other_scripts_come_back_as_written(span_client):
+    """Characters the model's vocabulary cannot spell are spans: copied, never garbled (Mastodon
+    posts are full of emoji)."""
+    text = "Hello world 😀👍🏽, this is Москва."
+    for format in ("text", "html"):
+        q = text if format == "text" else f"<p>{text} <b>ok</b></p>"
+        out = lt(span_client, q=q, format=format)["translatedText"]
+        assert out.count("😀👍🏽") == 1 and out.count("Москва") == 1, (format, out)
+    body = span_client.post("/v1/translate", json={"text": [text], "source": "en", "target": "de"}).json()
+    out = body["translations"][0]["text"]
+    assert out.count("😀👍🏽") == 1 and out.count("Москва") == 1 and "\ufffd" not in out

@@ -7,7 +7,7 @@ import pytest
 from model import casing
 from model.protect import sentinel
 from model.translator import Translator
-from tests.conftest import make_tiny_checkpoint
+from tests.conftest import TINY_TEXT, make_tiny_checkpoint
 
 
 @pytest.mark.parametrize("text, shouting", [
@@ -47,8 +47,9 @@ def test_shout_writes_german_in_capitals():
 
 @pytest.fixture(scope="module")
 def translator(tmp_path_factory):
-    """A tiny random model whose vocabulary spells capitals (byte pieces) and has sentinels."""
-    checkpoint = make_tiny_checkpoint(tmp_path_factory.mktemp("tiny-bytes"), sentinels=True, byte_fallback=True)
+    """A tiny random model whose vocabulary spells capitals, has byte pieces and sentinels."""
+    checkpoint = make_tiny_checkpoint(tmp_path_factory.mktemp("tiny-bytes"), sentinels=True, byte_fallback=True,
+                                      text=TINY_TEXT + [line.upper() for line in TINY_TEXT])
     return Translator.load(checkpoint, device="cpu", dtype="float32")
 
 
@@ -84,3 +85,15 @@ def test_spans_in_a_source_in_capitals_come_back_as_written(translator):
         assert text.count(span) == 1  # the repair puts back what the random model drops
         text, rest = text.replace(span, "\0"), rest.replace(span, "\0")
     assert text == rest.upper()
+
+
+def test_characters_the_vocabulary_cannot_spell_come_back_as_written(translator, tiny_sentinel_checkpoint):
+    """Emoji and other scripts are copied as spans, not spelled byte by byte; with byte pieces in
+    the vocabulary (the shipped model's) and without (<unk>)."""
+    source = "Hello world 😀, this is Москва."
+    for model in (translator, Translator.load(tiny_sentinel_checkpoint, device="cpu", dtype="float32")):
+        assert model.tokenizer.cannot_spell("😀") and not model.tokenizer.cannot_spell("o")
+        [result] = model.translate([source], beam_size=2, max_decoding_length=12)
+        text = result.hypotheses[0].text
+        assert text.count("😀") == 1 and text.count("Москва") == 1, text
+        assert "\ufffd" not in text and "<unk>" not in text

@@ -102,3 +102,22 @@ def test_repair_keeps_to_the_sentinels_of_its_source():
 def test_mask_numbers_from_first():
     m = mask("a %s b %d", first=5)
     assert m.text == f"a {sentinel(5)} b {sentinel(6)}" and m.spans[5:] == ["%s", "%d"]
+
+
+def test_words_the_vocabulary_cannot_spell_are_spans():
+    """Emoji, other scripts, symbols: each run a span, widened to its whole word; the patterns'
+    spans come first and stay as they were."""
+    spelled = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,?%()<>/")  # no "!"
+
+    def foreign(c):
+        return c not in spelled
+
+    text = "Café au lait 5 € at <b>%(name)s</b> 🎉🎂! We met in Москва. 👍🏽 ok"
+    masked = protect.mask(text, foreign=foreign)
+    assert masked.spans == ["Café", "€", "<b>", "%(name)s", "</b>", "🎉🎂", "Москва", "👍🏽"]
+    assert protect.unmask(masked.text, masked.spans) == text
+    assert protect.spans(text) == ["<b>", "%(name)s", "</b>"]  # without a vocabulary: the patterns only
+    assert protect.foreign_words("Dvořák and naïve", foreign) == [(0, 6), (11, 16)]
+    assert protect.foreign_words("plain text", foreign) == []
+    # a URL holding such a character stays one span, as the pattern found it
+    assert protect.spans("see https://x.y/café now", foreign) == ["https://x.y/café"]

@@ -78,7 +78,8 @@ async def translate_file(request: Request, service: ServiceDep):
     sample = " ".join(markup.split_document(t, html, spans=False).text for t, html in zip(texts[:20], extracted.html)) \
         if source == "auto" else ""
     model, _ = service.resolve(source, target, sample)
-    parts = [markup.split_document(t, html, spans=model.protects_spans) for t, html in zip(texts, extracted.html)]
+    parts = [markup.split_document(t, html, spans=model.protects_spans, foreign=model.tokenizer.cannot_spell)
+             for t, html in zip(texts, extracted.html)]
     sentences = [sentence for part in parts for sentence in part.sentences]
     sources = [service.encode_text(model, sentence, f"a sentence of {upload.filename}") for sentence in sentences]
     key = BatchKey(model.id, beam_size=s.default_beam_size, n_best=1)

@@ -77,7 +77,7 @@ async def translate(request: Request, service: ServiceDep):
     readable = [markup.split_document(text, html, spans=False).text for text in texts] if body.source == "auto" \
         else texts
     resolved = await service.resolve_each(body.source, body.target, readable, "q")
-    documents = [markup.split_document(text, html, spans=model.protects_spans)
+    documents = [markup.split_document(text, html, spans=model.protects_spans, foreign=model.tokenizer.cannot_spell)
                  for text, (model, _) in zip(texts, resolved)]
     sentences = sum(len(document.sentences) for document in documents)
     if sentences > service.settings.max_segments:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from model import casing, kernels, protect
+from model import accelerators, casing, kernels, protect
 from model.checkpoint import load_checkpoint
 from model.clean import clean_text, lone_surrogate
 from model.config import MAX_BEAM
@@ -157,13 +157,23 @@ class Translator:
                 raise ValueError(f"source {i} has {len(x)} tokens; allowed: 1 to {self.max_source_tokens}")
         if parallel < 1:
             raise ValueError(f"parallel must be at least 1, got {parallel}")
+        # what the model reads: the source without its accelerator mark (model/accelerators.py), and
+        # in sentence case when it is written in capitals (model/casing.py)
+        marks: list[accelerators.Marked | None] = [None] * len(ids)
         shouting = [False] * len(ids)
-        for i, x in enumerate(ids):  # a source in capitals is read in sentence case (model/casing.py)
+        for i, x in enumerate(ids):
             text = masked[i].text if masked[i] else self.tokenizer.decode_source(x)
-            if casing.is_shouting(text):
-                read = self.tokenizer.encode_source(casing.sentence_case(text, self.metadata.get("source_lang")))
-                if len(read) <= self.max_source_tokens:
-                    ids[i], shouting[i] = read, True
+            marks[i] = accelerators.find(text)
+            read = marks[i].text if marks[i] else text
+            shouting[i] = casing.is_shouting(read)
+            if shouting[i]:
+                read = casing.sentence_case(read, self.metadata.get("source_lang"))
+            if read != text:
+                read_ids = self.tokenizer.encode_source(read)
+                if len(read_ids) <= self.max_source_tokens:
+                    ids[i] = read_ids
+                else:
+                    marks[i], shouting[i] = None, False
         batches = self.batches(ids, batch_tokens // beam_size)
         while len(batches) < min(parallel, len(ids)):
             largest = max(batches, key=len)
@@ -171,8 +181,9 @@ class Translator:
             batches += [largest[: len(largest) // 2], largest[len(largest) // 2:]]
 
         def run(batch: list[int]):
-            # a repair places a missing span by the attention, so it is computed where spans are
-            attention = return_attention or any(self.has_sentinel(ids[i]) for i in batch)
+            # a repair places a missing span, and an accelerator mark is placed, by the attention,
+            # so it is computed where spans or marks are
+            attention = return_attention or any(self.has_sentinel(ids[i]) or marks[i] for i in batch)
             return self.translate_ids([ids[i] for i in batch], beam_size, n_best, length_penalty,
                                       max_decoding_length, attention, min_length)
 
@@ -184,7 +195,7 @@ class Translator:
         results: list[TranslationResult | None] = [None] * len(ids)
         for batch, hyps in zip(batches, outputs):
             for i, h in zip(batch, hyps):
-                results[i] = self.to_result(ids[i], h, return_attention, masked[i], shouting[i])
+                results[i] = self.to_result(ids[i], h, return_attention, masked[i], shouting[i], marks[i])
         return results  # type: ignore[return-value]
 
     @staticmethod
@@ -213,21 +224,27 @@ class Translator:
         return self.tokenizer.has_sentinels and any(i in self.tokenizer.sentinel_ids for i in ids)
 
     def to_result(self, source_ids: list[int], hyps, return_attention: bool,
-                  masked: protect.Masked | None = None, shouting: bool = False) -> TranslationResult:
-        """Hypotheses as text; each holds the source's sentinels once (protect.repair), is written
-        in capitals when the source was (`shouting`; its spans keep their case), and with `masked`
-        (the source was text) has its spans put back."""
+                  masked: protect.Masked | None = None, shouting: bool = False,
+                  marked: accelerators.Marked | None = None) -> TranslationResult:
+        """Hypotheses as text; each holds the source's sentinels once (protect.repair), gets the
+        source's accelerator mark back (`marked`), is written in capitals when the source was
+        (`shouting`; its spans keep their case), and with `masked` (the source was text) has its
+        spans put back."""
         tok = self.tokenizer
         source_pieces = tok.source_pieces(source_ids)
         result = TranslationResult(source_tokens=source_pieces)
         for h in hyps:
             pieces = tok.target_pieces(h.token_ids)
             t = Translation(tok.decode_target(h.token_ids), pieces, h.token_ids, h.score, h.log_prob, h.ended_with_eos)
-            if tok.has_sentinels and (self.has_sentinel(source_ids) or self.has_sentinel(h.token_ids)):
-                attention = None if h.attention is None else h.attention.float().cpu().numpy()
+            repairable = tok.has_sentinels and (self.has_sentinel(source_ids) or self.has_sentinel(h.token_ids))
+            attention = None if h.attention is None or not (repairable or marked) else h.attention.float().cpu().numpy()
+            if repairable:
                 fixed = protect.repair(source_pieces, pieces, attention)
                 if fixed.changed:
                     t.text, t.spans_inserted, t.spans_removed = tok.decode_pieces(fixed.pieces), fixed.inserted, fixed.removed
+                    pieces = fixed.pieces
+            if marked:
+                t.text = accelerators.place(t.text, pieces, attention, source_pieces, marked)
             if shouting:
                 t.text = casing.shout(t.text)  # sentinels have no case: the spans come back as written
             if return_attention:

@@ -126,6 +126,59 @@ def test_resume_matches_uninterrupted_run(tmp_path):
     assert steps == list(range(1, 7))  # the log keeps one record per step across the resume
 
 
+def test_restore_goes_on_from_an_average_with_the_runs_counters_and_curve(tmp_path):
+    """A lost run directory: `average --last 1` of its last checkpoint brings back its weights,
+    settings, counters and dev curve; Adam starts empty, so the learning rate ramps up again."""
+    corpus = write_corpus(tmp_path, pairs(40), pairs(40)[:4])
+    first = run(corpus, tmp_path / "lost", "--max-tokens", "120", "--accum", "2", "--save-every", "3",
+                "--dict-keep", "2", "--lr", "2e-3", "--warmup", "4", "--max-steps", "6")
+    snapshot = tmp_path / "snapshot"
+    train.main(["average", "--run", str(first), "--last", "1", "--out", str(snapshot)])
+    record = json.loads((snapshot / "metadata.json").read_text())["run"]
+    assert record["train_state"]["step"] == 6 and record["args"]["warmup"] == 4
+    assert [r["step"] for r in record["dev_curve"]] == [3, 6]
+    shutil.rmtree(first)
+
+    # no further steps: the restored run's weights are the snapshot's
+    still = train.main(["train", "--restore", str(snapshot), "--data", str(corpus), "--out", str(tmp_path / "still"),
+                        "--max-steps", "6", "--threads", "1"])
+    weights = load_file(str(snapshot / "model.safetensors"))
+    state = load_file(str(still / "checkpoints" / "step_0000006" / "state.safetensors"))
+    for name, tensor in weights.items():
+        torch.testing.assert_close(state[f"model.{name}"], tensor, rtol=0, atol=0, msg=name)
+
+    went_on = train.main(["train", "--restore", str(snapshot), "--data", str(corpus), "--out", str(tmp_path / "on"),
+                          "--max-steps", "9", "--threads", "1"])
+    records = log_records(went_on)
+    assert [r["step"] for r in records if "dev_loss" in r and "final" not in r] == [3, 6, 9]  # the curve goes on
+    steps = [r for r in records if "loss" in r]
+    assert [r["step"] for r in steps] == [7, 8, 9]
+    expected = [train.inverse_sqrt_lr(s, 2e-3, 4) * (s - 6) / train.RESTORE_REWARM_STEPS for s in (7, 8, 9)]
+    assert [r["lr"] for r in steps] == pytest.approx(expected)
+    before = json.loads((snapshot / "metadata.json").read_text())["run"]["train_state"]
+    after = json.loads((went_on / "checkpoints" / "step_0000009" / "state.json").read_text())["train_state"]
+    assert after["tgt_tokens"] > before["tgt_tokens"] and after["elapsed"] >= before["elapsed"]
+    assert (after["epoch"], after["position"]) > (before["epoch"], before["position"])
+
+    with pytest.raises(SystemExit, match="already has checkpoints"):
+        train.main(["train", "--restore", str(snapshot), "--data", str(corpus), "--out", str(went_on)])
+    plain = tmp_path / "plain"
+    shutil.copytree(snapshot, plain)
+    meta = json.loads((plain / "metadata.json").read_text())
+    (plain / "metadata.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "run"}))
+    with pytest.raises(SystemExit, match="no run record"):
+        train.main(["train", "--restore", str(plain), "--data", str(corpus), "--out", str(tmp_path / "x")])
+
+
+def test_bf16_is_set_per_session_on_resume(tmp_path):
+    corpus = write_corpus(tmp_path, pairs(20), pairs(20)[:4])
+    run_dir = run(corpus, tmp_path / "run", "--max-tokens", "120", "--dict-keep", "2", "--bf16", "--max-steps", "1")
+    assert json.loads((run_dir / "args.json").read_text())["bf16"] is True
+    train.main(["train", "--out", str(run_dir), "--resume", "--no-bf16", "--max-steps", "2", "--threads", "1"])
+    train.main(["train", "--out", str(run_dir), "--resume", "--max-steps", "3", "--threads", "1"])
+    assert [r["bf16"] for r in log_records(run_dir) if "resume" in r] == [False, True]
+
+
 def test_batches_respect_token_budget_and_cover_epoch():
     import numpy as np
 

@@ -4,6 +4,7 @@
     python -m training.train train --data data/corpus --out data/runs/en-de --time-budget 100
     python -m training.train train --out data/runs/en-de --resume
     python -m training.train average --run data/runs/en-de --last 5 --out data/runs/en-de/final
+    python -m training.train train --restore SNAPSHOT --data data/corpus --out data/runs/en-de-2
 
 A run directory holds: spm.model (one joint vocabulary, used as source.spm and target.spm),
 config.json, args.json, log.jsonl, checkpoints/step_NNNNNNN/{state.safetensors,state.json}
@@ -13,7 +14,9 @@ The training state is tensors in safetensors (weights, Adam moments, the torch R
 for the rest (step, epoch, batch position, counters). Pickles are never written or read.
 Data order is a pure function of (seed, epoch), so a resumed run only needs the position.
 A resumed run takes its settings from args.json; only the run-control options given on its
-command line (time budget, max steps, threads, save/log intervals) replace the saved ones.
+command line (time budget, max steps, threads, save/log intervals, bf16) replace the saved ones.
+A run whose directory is lost goes on from a checkpoint `average` wrote of it (`--restore`): the
+weights, the settings, the counters and the dev curve come back; Adam's moments do not.
 """
 
 from __future__ import annotations
@@ -47,7 +50,10 @@ from training.corpus import read_lines
 SPECIAL_IDS = dict(pad_id=0, unk_id=1, bos_id=2, eos_id=3)
 # Arguments a resumed run may change when given; everything else comes from the run's args.json.
 RUN_CONTROL_DEFAULTS = {"time_budget": 0.0, "max_steps": 0, "threads": 2, "save_minutes": 5.0, "save_every": 0,
-                        "log_every": 25}
+                        "log_every": 25, "bf16": False}
+# A run restored from weights alone (--restore) starts with empty Adam moments; its first updates
+# would be sign(gradient) * lr for every parameter, so the learning rate ramps up over these steps.
+RESTORE_REWARM_STEPS = 100
 
 
 def log(msg: str) -> None:
@@ -281,6 +287,14 @@ def inverse_sqrt_lr(step: int, peak: float, warmup: int) -> float:
     return peak * min(step / warmup, math.sqrt(warmup / step))
 
 
+def restore_rewarm(state: TrainState) -> float:
+    """Learning-rate factor after a restore from weights alone: linear from 0 to 1 over
+    RESTORE_REWARM_STEPS updates, 1 otherwise."""
+    if state.restored_at < 0:
+        return 1.0
+    return min(1.0, (state.step + 1 - state.restored_at) / RESTORE_REWARM_STEPS)
+
+
 def build_config(args, vocab_size: int) -> ModelConfig:
     return ModelConfig(
         src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, d_model=args.d_model, n_heads=args.heads,
@@ -308,6 +322,7 @@ class TrainState:
     tgt_tokens: int = 0
     elapsed: float = 0.0  # training wall seconds, summed over resumed sessions
     last_dev: dict = field(default_factory=dict)
+    restored_at: int = -1  # step at which the run was restored from weights alone (-1: never)
 
 
 def save_training_state(directory: Path, model: Transformer, optimizer: torch.optim.Adam, state: TrainState,
@@ -489,9 +504,22 @@ class Trainer:
         self.state, rng = load_training_state(ckpts[-1], self.model, self.optimizer)
         torch.set_rng_state(rng)
         self.truncate_log(self.state.step)
-        self.write_log({"resume": True, "step": self.state.step, "threads": torch.get_num_threads()})
+        self.write_log({"resume": True, "step": self.state.step, "threads": torch.get_num_threads(),
+                        "bf16": self.args.bf16})
         log(f"resumed from {ckpts[-1]} (step {self.state.step}, epoch {self.state.epoch}, "
             f"batch {self.state.position}, {self.state.elapsed / 60:.1f} min trained)")
+
+    def restore(self, snapshot: Path, train_state: dict) -> None:
+        """Go on from a checkpoint directory's weights and the counters of the run that wrote it;
+        Adam's moments start empty (RESTORE_REWARM_STEPS), the RNG from the seed and the step."""
+        model, _, _ = load_checkpoint(snapshot)
+        load_weights(self.model, stored_state(model))
+        self.state = TrainState(**{**train_state, "restored_at": train_state["step"]})
+        torch.manual_seed(self.args.seed + self.state.step)
+        self.write_log({"restored_from": str(snapshot), "step": self.state.step, "threads": torch.get_num_threads(),
+                        "bf16": self.args.bf16})
+        log(f"restored from {snapshot} (step {self.state.step}, epoch {self.state.epoch}, "
+            f"batch {self.state.position}, {self.state.elapsed / 60:.1f} min trained); Adam starts empty")
 
     def truncate_log(self, step: int) -> None:
         """Drop records of steps after the checkpoint: the resumed run redoes those steps."""
@@ -518,7 +546,7 @@ class Trainer:
             total += float(loss.detach())
         if a.clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), a.clip_norm)
-        lr = inverse_sqrt_lr(self.state.step + 1, a.lr, a.warmup)
+        lr = inverse_sqrt_lr(self.state.step + 1, a.lr, a.warmup) * restore_rewarm(self.state)
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         self.optimizer.step()
@@ -696,6 +724,37 @@ def prepare_run(args) -> Path:
     return run_dir
 
 
+def run_record(run_dir: Path, checkpoint: Path) -> dict:
+    """What a run needs to go on from weights alone (`nmt train --restore`): its settings, the
+    counters of `checkpoint` and its dev curve so far, carried across earlier restores."""
+    path = run_dir / "log.jsonl"
+    records = [json.loads(ln) for ln in path.read_text().splitlines()] if path.exists() else []
+    return {"args": json.loads((run_dir / "args.json").read_text()),
+            "train_state": json.loads((checkpoint / "state.json").read_text())["train_state"],
+            "dev_curve": [r for r in records if ("dev_loss" in r and "final" not in r) or "resume" in r
+                          or "restored_from" in r]}
+
+
+def prepare_restored_run(args) -> tuple[argparse.Namespace, dict]:
+    """A new run directory from a checkpoint with a run record (`nmt average` writes one): the
+    record's settings, with --data and the run-control options of this command line."""
+    snapshot, run_dir = Path(args.restore), Path(args.out)
+    record = json.loads((snapshot / "metadata.json").read_text()).get("run")
+    if not record:
+        raise SystemExit(f"{snapshot}: its metadata.json has no run record (checkpoints from `nmt average` have one)")
+    if list_checkpoints(run_dir):
+        raise SystemExit(f"{run_dir} already has checkpoints; pass --resume or choose another --out")
+    given = {k: getattr(args, k) for k in RUN_CONTROL_DEFAULTS if getattr(args, k) is not None}
+    args = argparse.Namespace(**{**RUN_CONTROL_DEFAULTS, **record["args"], **given, "data": args.data,
+                                 "out": str(run_dir), "resume": False, "restore": str(snapshot)})
+    run_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(snapshot / "source.spm", run_dir / "spm.model")
+    shutil.copyfile(snapshot / "config.json", run_dir / "config.json")
+    (run_dir / "args.json").write_text(json.dumps(vars_of(args), indent=1) + "\n")
+    (run_dir / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in record["dev_curve"]))
+    return args, record
+
+
 def parse_counts(text: str | None) -> dict[str, int]:
     """"ding=2,lohelp=1" -> {"ding": 2, "lohelp": 1}."""
     out = {}
@@ -712,20 +771,26 @@ def vars_of(args) -> dict:
 
 def train_command(args) -> Path:
     given = {k: getattr(args, k) for k in RUN_CONTROL_DEFAULTS if getattr(args, k) is not None}
+    record = None
     if args.resume:
         run_dir = Path(args.out)
         saved = json.loads((run_dir / "args.json").read_text())
         args = argparse.Namespace(**{**saved, **given, "resume": True})
+    elif args.restore:
+        args, record = prepare_restored_run(args)
+        run_dir = Path(args.out)
     else:
         args = argparse.Namespace(**{**vars(args), **RUN_CONTROL_DEFAULTS, **given})
     # deliberate: 2 cores, shared with other jobs; see --threads
     torch.set_num_threads(args.threads)
-    if not args.resume:
+    if not (args.resume or record):
         run_dir = prepare_run(args)
     trainer = Trainer(args, run_dir)
     trainer.load_data()
     if args.resume:
         trainer.resume()
+    elif record:
+        trainer.restore(Path(args.restore), record["train_state"])
     else:
         if args.init_from:
             model, _, _ = load_checkpoint(Path(args.init_from))
@@ -748,7 +813,8 @@ def average_command(args) -> Path:
     config = ModelConfig.load(run_dir / "config.json")
     model = Transformer(config)
     load_weights(model, average_checkpoints(ckpts))
-    metadata = {"source_lang": "en", "target_lang": "de", "averaged_checkpoints": [c.name for c in ckpts]}
+    metadata = {"source_lang": "en", "target_lang": "de", "averaged_checkpoints": [c.name for c in ckpts],
+                "run": run_record(run_dir, ckpts[-1])}
     save_checkpoint(Path(args.out), model, run_dir / "spm.model", run_dir / "spm.model", metadata, dtype=args.dtype)
     log(f"averaged {len(ckpts)} checkpoints into {args.out}")
     return Path(args.out)
@@ -765,7 +831,11 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--threads", type=int, help="torch intra-op threads (default 2; 1 is faster when other "
                    "jobs load the cores, as 2 OpenMP threads then wait on each other)")
     g.add_argument("--seed", type=int, default=1)
-    g.add_argument("--bf16", action="store_true", help="bf16 autocast for forward/backward")
+    g.add_argument("--restore", help="go on with a run whose directory is gone, from a checkpoint that `average` "
+                   "wrote of it (its weights, settings and counters; Adam starts empty)")
+    g.add_argument("--bf16", action=argparse.BooleanOptionalAction, help="bf16 autocast for forward/backward "
+                   "(default off; a resumed run keeps its setting unless given: fast with AMX or AVX-512 BF16, "
+                   "slow without)")
     g = p.add_argument_group("data")
     g.add_argument("--dict-keep", type=int, default=60000, help="ding_dict entries kept (-1: all)")
     g.add_argument("--short-keep", type=int, default=-1, help="1-2 word pairs of the other sources kept (-1: all)")

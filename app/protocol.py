@@ -88,7 +88,9 @@ class TranslationOut(BaseModel):
                                             "'</s>'; present with include_attention.",
                                             examples=[["▁Hello", "▁world", ".", "</s>"]])
     target_tokens: list[str] | None = Field(None, description="Target pieces (rows of attention), with '</s>' "
-                                            "when the hypothesis ended; present with include_attention.",
+                                            "when the hypothesis ended; present with include_attention. They "
+                                            "are the pieces the model wrote: a span_repair changes the text, "
+                                            "not these rows.",
                                             examples=[["▁Hallo", "▁Welt", ".", "</s>"]])
     attention: Attention | None = Field(None, description=ATTENTION_DOC + " Present with include_attention.",
                                         examples=[[[[[0.9, 0.1], [0.2, 0.8]]]]])
@@ -116,7 +118,8 @@ class AlignmentResponse(BaseModel):
     source_tokens: list[str] = Field(description="Columns of attention (pieces, or words with "
                                      "granularity=word), '</s>' included.", examples=[["▁Hello", "▁world", "</s>"]])
     target_tokens: list[str] = Field(description="Rows of attention, '</s>' included when the hypothesis ended "
-                                     "with it.", examples=[["▁Hallo", "▁Welt", "</s>"]])
+                                     "with it: what the model wrote, before any span_repair of the text.",
+                                     examples=[["▁Hallo", "▁Welt", "</s>"]])
     layers: int = Field(description="Decoder layers of the model.", examples=[6])
     heads: int = Field(description="Attention heads per layer.", examples=[8])
     granularity: Literal["subword", "word"] = Field(description="Token unit of the axes.", examples=["subword"])

@@ -196,10 +196,20 @@ class Repair:
     pieces: list[str]  # target pieces after the repair
     inserted: list[int] = field(default_factory=list)  # sentinels put back
     removed: list[int] = field(default_factory=list)  # sentinels dropped (repeats, unknown)
+    rows: list[int | None] = field(default_factory=list)  # per piece: the model step that wrote it; None: inserted
 
     @property
     def changed(self) -> bool:
         return bool(self.inserted or self.removed)
+
+    def attention_of_pieces(self, attention: np.ndarray) -> np.ndarray:
+        """The model's attention (layers, heads, T', S) as rows of the repaired pieces
+        (layers, heads, len(pieces), S); a piece the repair inserted has a row of zeros."""
+        out = np.zeros((*attention.shape[:2], len(self.pieces), attention.shape[3]), dtype=attention.dtype)
+        for i, t in enumerate(self.rows):
+            if t is not None and t < attention.shape[2]:
+                out[:, :, i] = attention[:, :, t]
+        return out
 
 
 def repair(source_pieces: list[str], target_pieces: list[str], attention: np.ndarray | None) -> Repair:
@@ -248,7 +258,10 @@ def repair(source_pieces: list[str], target_pieces: list[str], attention: np.nda
         result.inserted.append(k)
     for t in range(len(target_pieces) + 1):
         for k in inserts.get(t, []):
-            result.pieces += ["▁", sentinel(k)] if spaced[k] else [sentinel(k)]
+            added = ["▁", sentinel(k)] if spaced[k] else [sentinel(k)]
+            result.pieces += added
+            result.rows += [None] * len(added)
         if t < len(target_pieces) and t not in drop:
             result.pieces.append(target_pieces[t])
+            result.rows.append(t)
     return result

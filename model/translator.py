@@ -238,16 +238,19 @@ class Translator:
             t = Translation(tok.decode_target(h.token_ids), pieces, h.token_ids, h.score, h.log_prob, h.ended_with_eos)
             repairable = tok.has_sentinels and (self.has_sentinel(source_ids) or self.has_sentinel(h.token_ids))
             attention = None if h.attention is None or not (repairable or marked) else h.attention.float().cpu().numpy()
+            text_pieces, text_attention = pieces, attention  # the pieces of t.text, and their attention rows
             if repairable:
                 fixed = protect.repair(source_pieces, pieces, attention)
                 if fixed.changed:
                     t.text, t.spans_inserted, t.spans_removed = tok.decode_pieces(fixed.pieces), fixed.inserted, fixed.removed
-                    pieces = fixed.pieces
+                    text_pieces = fixed.pieces
+                    text_attention = None if attention is None else fixed.attention_of_pieces(attention)
             if marked:
-                t.text = accelerators.place(t.text, pieces, attention, source_pieces, marked)
+                t.text = accelerators.place(t.text, text_pieces, text_attention, source_pieces, marked)
             if shouting:
                 t.text = casing.shout(t.text)  # sentinels have no case: the spans come back as written
             if return_attention:
+                # the rows are the model's steps: the pieces it wrote, before any repair of the text
                 t.attention = h.attention.float().cpu()
                 t.target_tokens = pieces + (["</s>"] if h.ended_with_eos else [])
             result.hypotheses.append(t)

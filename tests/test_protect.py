@@ -88,6 +88,20 @@ def test_repair_keeps_one_of_a_repeated_span_and_drops_unknown_ones():
     assert not repair(source, ["▁Hallo", S[0]], att).changed
 
 
+def test_repair_says_which_model_step_wrote_each_piece():
+    """The attention has a row per model step; after a repair each piece knows its row (None for
+    a piece the repair put in), so what reads the attention by piece stays on the right row."""
+    source = ["▁Open", "▁", S[0], "▁now", "</s>"]
+    target = ["▁Öffne", S[3], "▁jetzt"]  # an unknown sentinel, and sentinel 0 missing
+    att = _attention([[0.9, 0, 0.05, 0.05, 0], [0.5, 0, 0.5, 0, 0], [0.1, 0, 0.8, 0.1, 0], [0, 0, 0, 0, 1]])
+    fixed = repair(source, target, att)
+    assert fixed.pieces == ["▁Öffne", "▁", S[0], "▁jetzt"] and fixed.rows == [0, None, None, 2]
+    rows = fixed.attention_of_pieces(att)
+    assert rows.shape == (1, 1, 4, 5)
+    np.testing.assert_array_equal(rows[0, 0, [0, 3]], att[0, 0, [0, 2]])
+    assert not rows[0, 0, 1:3].any()
+
+
 def test_repair_without_attention_appends():
     fixed = repair(["▁a", S[0], S[1], "</s>"], ["▁b", S[1]], None)
     assert fixed.pieces == ["▁b", S[1], S[0]] and fixed.inserted == [0]

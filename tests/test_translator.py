@@ -6,6 +6,7 @@ import torch
 
 from model.cli import translate_command
 from model.cpu.weights import Int8Linear
+from model.search import Hypothesis
 from model.translator import Translator, auto_dtype
 
 SENTENCES = ["Open the file.", "Hello world, this is a small test sentence with more words.", "Click.",
@@ -33,6 +34,23 @@ def test_result_fields(translator):
     assert best.tokens == translator.tokenizer.target_pieces(best.token_ids)
     assert best.attention.shape[2:] == (len(best.target_tokens), len(result.source_tokens))
     assert best.attention.shape[:2] == (2, 4)
+
+
+def test_a_repaired_hypothesis_keeps_the_models_rows_of_attention(tiny_sentinel_checkpoint):
+    """The text gets its missing span back; target_tokens stay the pieces the model wrote, one per
+    row of the attention, so the alignment views line up (they failed when the two differed)."""
+    translator = Translator.load(tiny_sentinel_checkpoint, device="cpu", dtype="float32")
+    tok = translator.tokenizer
+    source_ids = translator.encode("Open \ue000 now.")
+    assert translator.has_sentinel(source_ids)
+    words = [i for i in translator.encode("now open") if i not in (tok.config.eos_id,)]
+    attention = torch.softmax(torch.randn(2, 4, len(words) + 1, len(source_ids)), dim=-1)  # (L, H, T+EOS, S)
+    hyp = Hypothesis(words, score=-1.0, log_prob=-2.0, ended_with_eos=True, attention=attention)
+    result = translator.to_result(source_ids, [hyp], return_attention=True)
+    best = result.hypotheses[0]
+    assert best.spans_inserted == [0] and "\ue000" in best.text
+    assert best.target_tokens == tok.target_pieces(words) + ["</s>"]
+    assert best.attention.shape[2:] == (len(best.target_tokens), len(result.source_tokens))
 
 
 def test_token_id_input_and_max_length(translator):

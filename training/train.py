@@ -735,16 +735,15 @@ def run_record(run_dir: Path, checkpoint: Path) -> dict:
                           or "restored_from" in r]}
 
 
-def prepare_restored_run(args) -> tuple[argparse.Namespace, dict]:
+def prepare_restored_run(args, given: dict) -> tuple[argparse.Namespace, dict]:
     """A new run directory from a checkpoint with a run record (`nmt average` writes one): the
-    record's settings, with --data and the run-control options of this command line."""
+    record's settings, with --data and the run-control options `given` on this command line."""
     snapshot, run_dir = Path(args.restore), Path(args.out)
     record = json.loads((snapshot / "metadata.json").read_text()).get("run")
     if not record:
         raise SystemExit(f"{snapshot}: its metadata.json has no run record (checkpoints from `nmt average` have one)")
     if list_checkpoints(run_dir):
         raise SystemExit(f"{run_dir} already has checkpoints; pass --resume or choose another --out")
-    given = {k: getattr(args, k) for k in RUN_CONTROL_DEFAULTS if getattr(args, k) is not None}
     args = argparse.Namespace(**{**RUN_CONTROL_DEFAULTS, **record["args"], **given, "data": args.data,
                                  "out": str(run_dir), "resume": False, "restore": str(snapshot)})
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -777,14 +776,13 @@ def train_command(args) -> Path:
         saved = json.loads((run_dir / "args.json").read_text())
         args = argparse.Namespace(**{**saved, **given, "resume": True})
     elif args.restore:
-        args, record = prepare_restored_run(args)
+        args, record = prepare_restored_run(args, given)
         run_dir = Path(args.out)
     else:
         args = argparse.Namespace(**{**vars(args), **RUN_CONTROL_DEFAULTS, **given})
+        run_dir = prepare_run(args)
     # deliberate: 2 cores, shared with other jobs; see --threads
     torch.set_num_threads(args.threads)
-    if not (args.resume or record):
-        run_dir = prepare_run(args)
     trainer = Trainer(args, run_dir)
     trainer.load_data()
     if args.resume:

@@ -10,13 +10,17 @@ from training.corpus import (
     dedup_against,
     drop_ding_lines,
     extract_bible,
+    extract_stories,
     modernize_spelling,
     parse_ding_line,
     pick_general_test,
     pick_protect_test,
+    read_key_values,
+    read_lua_table,
     read_mo,
     read_openttd,
     read_po,
+    read_stamp_description,
     refine_paragraph,
     split_by_unit,
 )
@@ -221,6 +225,46 @@ msgstr[1] "%d Dateien"
     en.write_text("##name English\nSTR_A    :Build a road\nSTR_B :Only English\n", encoding="utf-8")
     de.write_text("STR_A    :Straße bauen\nSTR_C :Nur Deutsch\n", encoding="utf-8")
     assert read_openttd(en, de) == [("Build a road", "Straße bauen")]
+
+
+def test_stories_readers(tmp_path):
+    lua = tmp_path / "de.lua"
+    lua.write_text('locale = {\n'
+                   '    ["Your \\"friend\\" waits."] = "Dein »Freund« wartet.", -- A_Mission:intro\n'
+                   '--  ["Not translated yet."] = "",\n'
+                   '    ["Line one\\nline two"]="Zeile eins\\nZeile zwei",\n'
+                   '}\n', encoding="utf-8")
+    assert read_lua_table(lua) == [('Your "friend" waits.', "Dein »Freund« wartet."),
+                                   ("Line one\nline two", "Zeile eins\nZeile zwei")]
+    en, de = tmp_path / "en.txt", tmp_path / "de.txt"
+    en.write_text("; English locale\n00:00=Grenade\n01:02=Only English\n", encoding="utf-8")
+    de.write_text("; German locale\n00:00=Granate\n03:04=Nur Deutsch\n", encoding="utf-8")
+    assert read_key_values(en, de) == [("Grenade", "Granate")]
+    stamp = tmp_path / "calculator.txt"
+    stamp.write_text("A calculator.  6x7=42\nda.utf8=En lommeregner.\nde.utf8=Ein Taschenrechner. 6x7=42\n",
+                     encoding="utf-8")
+    assert read_stamp_description(stamp) == [("A calculator.  6x7=42", "Ein Taschenrechner. 6x7=42")]
+    untranslated = tmp_path / "badger.txt"
+    untranslated.write_text("A badger.\nda.utf8=En grævling.\n", encoding="utf-8")
+    assert read_stamp_description(untranslated) == []
+
+
+def test_stories_are_read_per_file_as_units(tmp_path):
+    stamps = tmp_path / "tuxpaint-stamps-default/usr/share/tuxpaint/stamps/food"
+    stamps.mkdir(parents=True)
+    (stamps / "apple.txt").write_text("An apple.\nde.utf8=Ein Apfel.\n", encoding="utf-8")
+    (stamps / "apple.png").write_bytes(b"not text")
+    locale = tmp_path / "hedgewars-data/usr/share/games/hedgewars/Data/Locale"
+    locale.mkdir(parents=True)
+    (locale / "de.lua").write_text('["Run!"] = "Lauf!",\n', encoding="utf-8")
+    (locale / "en.txt").write_text("00:00=Grenade\n", encoding="utf-8")
+    (locale / "de.txt").write_text("00:00=Granate\n", encoding="utf-8")
+    pkgs = {"tuxpaint-stamps-default": tmp_path / "tuxpaint-stamps-default", "hedgewars-data": tmp_path / "hedgewars-data"}
+    assert sorted(extract_stories(pkgs)) == [
+        ("hedgewars-data/usr/share/games/hedgewars/Data/Locale/de", "Grenade", "Granate"),
+        ("hedgewars-data/usr/share/games/hedgewars/Data/Locale/de", "Run!", "Lauf!"),
+        ("tuxpaint-stamps-default/usr/share/tuxpaint/stamps/food/apple", "An apple.", "Ein Apfel."),
+    ]
 
 
 def test_protect_test_holds_out_whole_catalogs():

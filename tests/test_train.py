@@ -315,5 +315,7 @@ def test_a_resumed_run_switches_corpus_from_the_next_epoch(tmp_path):
     other_dev = write_corpus(tmp_path / "c", pairs(60), pairs(60)[10:16])
     with pytest.raises(SystemExit, match="dev.en is not the run's"):
         train.main(["train", "--out", str(run_dir), "--resume", "--switch-data", str(other_dev)])
+    with pytest.raises(SystemExit, match="goes with --switch-data"):
+        train.main(["train", "--out", str(run_dir), "--resume", "--repeat", "stories=2"])
     with pytest.raises(SystemExit, match="goes with --resume"):
         run(corpus, tmp_path / "fresh", "--switch-data", str(bigger))

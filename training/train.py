@@ -798,6 +798,8 @@ def train_command(args) -> Path:
         if args.switch_data:
             switch = data_switch(saved, args.switch_data, args.repeat)
             given.update(switch)
+        elif args.repeat is not None:
+            raise SystemExit("--repeat on --resume changes the data mix: it goes with --switch-data")
         args = argparse.Namespace(**{**saved, **given, "resume": True, "switch_data": None})
     elif args.switch_data:
         raise SystemExit("--switch-data goes with --resume")

@@ -4,6 +4,8 @@ import struct
 
 from model.protect import spans
 from training.corpus import (
+    KEY_VALUE_RE,
+    OPENTTD_LINE_RE,
     clean_pair,
     ddtp_blocks,
     dedup,
@@ -15,10 +17,9 @@ from training.corpus import (
     parse_ding_line,
     pick_general_test,
     pick_protect_test,
-    read_key_values,
+    read_keyed,
     read_lua_table,
     read_mo,
-    read_openttd,
     read_po,
     read_stamp_description,
     refine_paragraph,
@@ -224,7 +225,7 @@ msgstr[1] "%d Dateien"
     en, de = tmp_path / "english.txt", tmp_path / "german.txt"
     en.write_text("##name English\nSTR_A    :Build a road\nSTR_B :Only English\n", encoding="utf-8")
     de.write_text("STR_A    :Straße bauen\nSTR_C :Nur Deutsch\n", encoding="utf-8")
-    assert read_openttd(en, de) == [("Build a road", "Straße bauen")]
+    assert read_keyed(en, de, OPENTTD_LINE_RE) == [("Build a road", "Straße bauen")]
 
 
 def test_stories_readers(tmp_path):
@@ -237,9 +238,10 @@ def test_stories_readers(tmp_path):
     assert read_lua_table(lua) == [('Your "friend" waits.', "Dein »Freund« wartet."),
                                    ("Line one\nline two", "Zeile eins\nZeile zwei")]
     en, de = tmp_path / "en.txt", tmp_path / "de.txt"
-    en.write_text("; English locale\n00:00=Grenade\n01:02=Only English\n", encoding="utf-8")
-    de.write_text("; German locale\n00:00=Granate\n03:04=Nur Deutsch\n", encoding="utf-8")
-    assert read_key_values(en, de) == [("Grenade", "Granate")]
+    en.write_text("; English locale\n00:00=Grenade\n01:02=Only English\n02:00=%1 fails\n02:00=%1 is dead\n",
+                  encoding="utf-8")
+    de.write_text("; German locale\n00:00=Granate\n03:04=Nur Deutsch\n02:00=%1 ist tot\n", encoding="utf-8")
+    assert read_keyed(en, de, KEY_VALUE_RE) == [("Grenade", "Granate")]
     stamp = tmp_path / "calculator.txt"
     stamp.write_text("A calculator.  6x7=42\nda.utf8=En lommeregner.\nde.utf8=Ein Taschenrechner. 6x7=42\n",
                      encoding="utf-8")

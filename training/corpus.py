@@ -422,15 +422,14 @@ def read_po(path: Path) -> list[tuple[str, str]]:
 OPENTTD_LINE_RE = re.compile(r"^(STR_\w+)\s*:(.*)$")
 
 
-def read_openttd(english: Path, german: Path) -> list[tuple[str, str]]:
-    """OpenTTD language files: ``STR_KEY :text`` lines, paired by key."""
+def read_keyed(english: Path, german: Path, line_re: re.Pattern) -> list[tuple[str, str]]:
+    """Key-aligned language files (OpenTTD's ``STR_KEY :text``, Hedgewars' ``01:02=text``): lines
+    that ``line_re`` matches as (key, text), paired by key. A key repeated in either file holds a
+    list of variants (Hedgewars' death messages), not one message, so it pairs nothing."""
     def strings(path: Path) -> dict[str, str]:
-        out = {}
-        for line in path.read_text("utf-8", "replace").splitlines():
-            m = OPENTTD_LINE_RE.match(line)
-            if m:
-                out.setdefault(m.group(1), m.group(2))
-        return out
+        found = [m.groups() for m in map(line_re.match, path.read_text("utf-8", "replace").splitlines()) if m]
+        repeated = {k for k, n in Counter(k for k, _ in found).items() if n > 1}
+        return {k: text for k, text in found if k not in repeated}
     en, de = strings(english), strings(german)
     return [(en[k], de[k]) for k in sorted(en) if k in de]
 
@@ -449,7 +448,7 @@ def extract_catalogs(pkgs: dict[str, Path]) -> Iterator[tuple[str, str, str]]:
         elif path.suffix == ".po":
             pairs = read_po(path)
         elif path.name == "english.txt" and (path.parent / "german.txt").exists():
-            pairs = read_openttd(path, path.parent / "german.txt")
+            pairs = read_keyed(path, path.parent / "german.txt", OPENTTD_LINE_RE)
         else:
             continue
         unit = f"{name}/{rel.parent}/{rel.stem}"
@@ -478,15 +477,6 @@ def read_lua_table(path: Path) -> list[tuple[str, str]]:
     return pairs
 
 
-def read_key_values(english: Path, german: Path) -> list[tuple[str, str]]:
-    """Hedgewars' ``Locale/en.txt`` and ``de.txt``: ``01:02=text`` lines, paired by key."""
-    def strings(path: Path) -> dict[str, str]:
-        found = (KEY_VALUE_RE.match(line) for line in path.read_text("utf-8", "replace").splitlines())
-        return {m.group(1): m.group(2) for m in found if m}
-    en, de = strings(english), strings(german)
-    return [(en[k], de[k]) for k in sorted(en) if k in de]
-
-
 def read_stamp_description(path: Path) -> list[tuple[str, str]]:
     """A Tux Paint stamp's ``.txt``: the English description on the first line, then one
     ``lang.utf8=text`` line per translation."""
@@ -505,7 +495,7 @@ def extract_stories(pkgs: dict[str, Path]) -> Iterator[tuple[str, str, str]]:
             if path.name == "de.lua":
                 pairs = read_lua_table(path)
             elif path.name == "de.txt" and (path.parent / "en.txt").exists():
-                pairs = read_key_values(path.parent / "en.txt", path)
+                pairs = read_keyed(path.parent / "en.txt", path, KEY_VALUE_RE)
             elif path.name.endswith(".de.po"):
                 pairs = read_po(path)
             elif "/stamps/" in f"/{rel}" and path.suffix == ".txt":

@@ -803,6 +803,8 @@ def train_command(args) -> Path:
         args = argparse.Namespace(**{**saved, **given, "resume": True, "switch_data": None})
     elif args.switch_data:
         raise SystemExit("--switch-data goes with --resume")
+    elif args.restore and args.repeat is not None:
+        raise SystemExit("--restore takes the run's data mix from the checkpoint: --repeat goes with a fresh run")
     elif args.restore:
         args, record = prepare_restored_run(args, given)
         run_dir = Path(args.out)

@@ -163,11 +163,29 @@ def mask(text: str, order: list[int] | None = None, first: int = 0,
 
 
 def unmask(text: str, spans: list[str]) -> str:
-    """Put span k back for sentinel k (a sentinel with no span is removed)."""
+    """Put span k back for sentinel k (a sentinel with no span is removed). Where a neighbouring
+    character would run into a span and change it ("%PRODUCTNAME" + "Einstellung" reads as the
+    placeholder %PRODUCTNAMEEinstellung, "%" + "%s" as an escaped percent), a space goes between."""
     if not spans and not any(SENTINEL_BASE <= ord(c) < SENTINEL_BASE + MAX_SPANS for c in text):
         return text
-    return "".join(spans[ord(c) - SENTINEL_BASE] if len(spans) > ord(c) - SENTINEL_BASE >= 0
-                   else ("" if SENTINEL_BASE <= ord(c) < SENTINEL_BASE + MAX_SPANS else c) for c in text)
+    pieces = []  # (text, whether it is a span)
+    for c in text:
+        k = ord(c) - SENTINEL_BASE
+        if not 0 <= k < MAX_SPANS:
+            pieces.append((c, False))
+        elif k < len(spans) and spans[k]:
+            pieces.append((spans[k], True))
+    out: list[str] = []
+    for i, (piece, is_span) in enumerate(pieces):
+        if is_span and _pattern_spans(piece) == [(0, len(piece))]:  # not a foreign word: those inflect
+            before = out[-1][-1:] if out else ""
+            after = pieces[i + 1][0][:1] if i + 1 < len(pieces) else ""
+            if before and (1, 1 + len(piece)) not in _pattern_spans(before + piece):
+                out.append(" ")
+            if after and (0, len(piece)) not in _pattern_spans(piece + after):
+                piece += " "
+        out.append(piece)
+    return "".join(out)
 
 
 def mask_pair(source: str, target: str, rng: random.Random | None = None) -> tuple[str, str] | None:

@@ -36,6 +36,20 @@ def test_mask_and_unmask_round_trip():
     assert unmask(f"x {sentinel(9)} y", ["a"]) == "x  y"  # a sentinel with no span is dropped
 
 
+def test_unmask_keeps_a_span_from_running_into_its_neighbours():
+    """A span put back against a character that would change it gets a space on that side;
+    neighbours that leave it as it is stay where the model wrote them."""
+    assert unmask(f"Starten Sie {S[0]}Einstellung", ["%PRODUCTNAME"]) == "Starten Sie %PRODUCTNAME Einstellung"
+    assert unmask(f"{S[0]}x und {S[1]}s", ["$HOME", "https://example.org"]) == "$HOME x und https://example.org s"
+    assert unmask(f"100%{S[0]} fertig", ["%s"]) == "100% %s fertig"  # "%%s" would be an escaped percent
+    assert unmask(f"kontakt{S[0]}", ["me@example.org"]) == "kontakt me@example.org"
+    glued = f"Datei{S[0]}: {S[1]}{S[2]}s, {S[3]}."
+    assert unmask(glued, ["%s", "%(n)s", "<b>", "https://example.org"]) == "Datei%s: %(n)s<b>s, https://example.org."
+    for text in ("Starten Sie %PRODUCTNAME Einstellung", "100% %s fertig", "$HOME x"):
+        assert unmask(mask(text).text, mask(text).spans) == text
+        assert spans(text) == spans(unmask(mask(text).text, mask(text).spans))
+
+
 def test_mask_pair_numbers_target_like_source():
     src, tgt = mask_pair("Copy %s to %s with {0}", "Kopiere %s nach %s mit {0}")
     assert src == f"Copy {S[0]} to {S[1]} with {S[2]}" and tgt == f"Kopiere {S[0]} nach {S[1]} mit {S[2]}"

@@ -322,3 +322,38 @@ def test_a_resumed_run_switches_corpus_from_the_next_epoch(tmp_path):
     with pytest.raises(SystemExit, match="--repeat goes with a fresh run"):
         train.main(["train", "--restore", str(run_dir / "final"), "--data", str(corpus), "--out",
                     str(tmp_path / "restored"), "--repeat", "stories=2"])
+
+
+def test_cooldown_of_a_fork_leaves_the_main_run_free_to_train_on(tmp_path):
+    """The fork goes on from the main run's last checkpoint with the learning rate falling linearly
+    to zero, then stops for good; the main run's directory is untouched and resumes unchanged."""
+    corpus = write_corpus(tmp_path, pairs(40), pairs(40)[:4])
+    main_run = run(corpus, tmp_path / "main", "--max-tokens", "120", "--accum", "1", "--save-every", "3",
+                   "--dict-keep", "2", "--lr", "2e-3", "--warmup", "4", "--max-steps", "6")
+    main_files = sorted(p.relative_to(main_run) for p in main_run.rglob("*"))
+    cooled = train.main(["train", "--fork", str(main_run), "--out", str(tmp_path / "cool"), "--cooldown", "4",
+                         "--max-steps", "0", "--threads", "1"])
+
+    steps = [r for r in log_records(cooled) if "loss" in r and r["step"] > 6]
+    assert [r["step"] for r in steps] == [7, 8, 9, 10]
+    expected = [train.inverse_sqrt_lr(s, 2e-3, 4) * (11 - s) / 4 for s in (7, 8, 9, 10)]
+    assert [r["lr"] for r in steps] == pytest.approx(expected)
+    forked = load_file(str(main_run / "checkpoints" / "step_0000006" / "state.safetensors"))
+    assert any(k.startswith("optim.") for k in forked)  # Adam came along: no rewarm in `expected`
+    final = json.loads((cooled / "final" / "metadata.json").read_text())["training"]
+    assert final["steps"] == 10
+    assert set(final["weights"]["averaged_checkpoints"]) <= {"step_0000009", "step_0000010"}
+    with pytest.raises(SystemExit, match="cooled down"):
+        train.main(["train", "--out", str(cooled), "--resume", "--max-steps", "12", "--threads", "1"])
+    snapshot = tmp_path / "cooled-snapshot"
+    train.main(["average", "--run", str(cooled), "--last", "1", "--out", str(snapshot)])
+    with pytest.raises(SystemExit, match="cooled down"):
+        train.main(["train", "--restore", str(snapshot), "--data", str(corpus), "--out", str(tmp_path / "again"),
+                    "--threads", "1"])
+
+    assert sorted(p.relative_to(main_run) for p in main_run.rglob("*")) == main_files
+    went_on = train.main(["train", "--out", str(main_run), "--resume", "--max-steps", "7", "--threads", "1"])
+    [step7] = [r for r in log_records(went_on) if "loss" in r and r["step"] == 7]
+    assert step7["lr"] == pytest.approx(train.inverse_sqrt_lr(7, 2e-3, 4))
+    with pytest.raises(SystemExit, match="new --out"):
+        train.main(["train", "--fork", str(main_run), "--out", str(cooled), "--cooldown", "2"])

@@ -14,9 +14,15 @@ The training state is tensors in safetensors (weights, Adam moments, the torch R
 for the rest (step, epoch, batch position, counters). Pickles are never written or read.
 Data order is a pure function of (seed, epoch), so a resumed run only needs the position.
 A resumed run takes its settings from args.json; only the run-control options given on its
-command line (time budget, max steps, threads, save/log intervals, bf16) replace the saved ones.
+command line (time budget, max steps, threads, save/log intervals, bf16, cooldown) replace the
+saved ones.
 A run whose directory is lost goes on from a checkpoint `average` wrote of it (`--restore`): the
 weights, the settings, the counters and the dev curve come back; Adam's moments do not.
+A run ends with a cooldown (`--cooldown N`): the learning rate falls linearly to zero over N
+updates, the "decay" of a warmup-stable-decay schedule (Hagele et al., 2024). A cooled run does
+not go on, so cool a fork (`--fork RUN --out FORK`) and let the main run train on later.
+
+    python -m training.train train --fork data/runs/en-de --out data/runs/en-de-cool --cooldown 500
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ from training.corpus import read_lines
 SPECIAL_IDS = dict(pad_id=0, unk_id=1, bos_id=2, eos_id=3)
 # Arguments a resumed run may change when given; everything else comes from the run's args.json.
 RUN_CONTROL_DEFAULTS = {"time_budget": 0.0, "max_steps": 0, "threads": 2, "save_minutes": 5.0, "save_every": 0,
-                        "log_every": 25, "bf16": False}
+                        "log_every": 25, "bf16": False, "cooldown": 0}
 # A run restored from weights alone (--restore) starts with empty Adam moments; its first updates
 # would be sign(gradient) * lr for every parameter, so the learning rate ramps up over these steps.
 RESTORE_REWARM_STEPS = 100
@@ -295,6 +301,13 @@ def restore_rewarm(state: TrainState) -> float:
     return min(1.0, (state.step + 1 - state.restored_at) / RESTORE_REWARM_STEPS)
 
 
+def cooldown_factor(state: TrainState) -> float:
+    """Learning-rate factor during a cooldown of N updates: N/N, (N-1)/N, ..., 1/N; 1 before it."""
+    if state.cooldown_start < 0:
+        return 1.0
+    return (state.cooldown_end - state.step) / state.cooldown_steps
+
+
 def build_config(args, vocab_size: int) -> ModelConfig:
     return ModelConfig(
         src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, d_model=args.d_model, n_heads=args.heads,
@@ -323,6 +336,12 @@ class TrainState:
     elapsed: float = 0.0  # training wall seconds, summed over resumed sessions
     last_dev: dict = field(default_factory=dict)
     restored_at: int = -1  # step at which the run was restored from weights alone (-1: never)
+    cooldown_start: int = -1  # step at which the cooldown began (-1: none)
+    cooldown_steps: int = 0
+
+    @property
+    def cooldown_end(self) -> float:
+        return self.cooldown_start + self.cooldown_steps if self.cooldown_start >= 0 else math.inf
 
 
 def save_training_state(directory: Path, model: Transformer, optimizer: torch.optim.Adam, state: TrainState,
@@ -502,6 +521,9 @@ class Trainer:
         if not ckpts:
             raise SystemExit(f"{self.run_dir}: --resume given but no checkpoint found")
         self.state, rng = load_training_state(ckpts[-1], self.model, self.optimizer)
+        if self.state.step >= self.state.cooldown_end:
+            raise SystemExit(f"{self.run_dir}: cooled down at step {self.state.step}; it does not train on "
+                             "(next time, --fork the run and cool the fork)")
         torch.set_rng_state(rng)
         self.truncate_log(self.state.step)
         self.write_log({"resume": True, "step": self.state.step, "threads": torch.get_num_threads(),
@@ -515,11 +537,25 @@ class Trainer:
         model, _, _ = load_checkpoint(snapshot)
         load_weights(self.model, stored_state(model))
         self.state = TrainState(**{**train_state, "restored_at": train_state["step"]})
+        if self.state.step >= self.state.cooldown_end:
+            raise SystemExit(f"{snapshot}: weights of a run that cooled down at step {self.state.step}; it does "
+                             "not train on (restore from a snapshot of the run it was forked from)")
         torch.manual_seed(self.args.seed + self.state.step)
         self.write_log({"restored_from": str(snapshot), "step": self.state.step, "threads": torch.get_num_threads(),
                         "bf16": self.args.bf16})
         log(f"restored from {snapshot} (step {self.state.step}, epoch {self.state.epoch}, "
             f"batch {self.state.position}, {self.state.elapsed / 60:.1f} min trained); Adam starts empty")
+
+    def start_cooldown(self, steps: int) -> None:
+        """From this step on, the learning rate falls linearly to zero over `steps` updates."""
+        s = self.state
+        if s.cooldown_start >= 0 and steps != s.cooldown_steps:
+            raise SystemExit(f"{self.run_dir}: its cooldown of {s.cooldown_steps} updates began at step "
+                             f"{s.cooldown_start}; --cooldown {steps} would change it")
+        if s.cooldown_start < 0:
+            s.cooldown_start, s.cooldown_steps = s.step, steps
+            self.write_log({"cooldown": steps, "step": s.step})
+            log(f"cooldown: the learning rate falls to zero over steps {s.step + 1}-{s.cooldown_end}")
 
     def switch_data(self, previous: str) -> None:
         """Go on with the corpus of this session (loaded by load_data) from the start of the
@@ -555,7 +591,8 @@ class Trainer:
             total += float(loss.detach())
         if a.clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), a.clip_norm)
-        lr = inverse_sqrt_lr(self.state.step + 1, a.lr, a.warmup) * restore_rewarm(self.state)
+        s = self.state
+        lr = inverse_sqrt_lr(s.step + 1, a.lr, a.warmup) * restore_rewarm(s) * cooldown_factor(s)
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         self.optimizer.step()
@@ -601,6 +638,9 @@ class Trainer:
             if s.elapsed >= budget:
                 reason = f"reached --time-budget {a.time_budget} min"
                 break
+            if s.step >= s.cooldown_end:
+                reason = f"cooled down over {s.cooldown_steps} updates"
+                break
             loss, n_src, n_tgt = self.update(stream)
             s.step, s.epoch, s.position = s.step + 1, stream.epoch, stream.position
             s.src_tokens, s.tgt_tokens = s.src_tokens + n_src, s.tgt_tokens + n_tgt
@@ -639,7 +679,10 @@ class Trainer:
     def finish(self) -> Path:
         """Average the last K checkpoints; keep the average only if its dev loss is no worse."""
         a = self.args
-        ckpts = list_checkpoints(self.run_dir)[-a.average_last:]
+        ckpts = list_checkpoints(self.run_dir)
+        if self.state.cooldown_start >= 0:  # an average with weights from before the cooldown undoes it
+            ckpts = [c for c in ckpts if int(c.name.split("_")[1]) > self.state.cooldown_start]
+        ckpts = ckpts[-a.average_last:]
         last = {n: t.detach().clone() for n, t in stored_state(self.model).items()}
         last_loss = dev_loss(self.model, self.dev_data, a.max_tokens)
         choice = {"dev_loss_last": round(last_loss, 4), "averaged_checkpoints": [c.name for c in ckpts]}
@@ -741,7 +784,7 @@ def run_record(run_dir: Path, checkpoint: Path) -> dict:
     return {"args": json.loads((run_dir / "args.json").read_text()),
             "train_state": json.loads((checkpoint / "state.json").read_text())["train_state"],
             "dev_curve": [r for r in records if ("dev_loss" in r and "final" not in r) or "resume" in r
-                          or "restored_from" in r or "data_switch" in r]}
+                          or "restored_from" in r or "data_switch" in r or "forked_from" in r or "cooldown" in r]}
 
 
 def prepare_restored_run(args, given: dict) -> tuple[argparse.Namespace, dict]:
@@ -788,10 +831,33 @@ def data_switch(saved: dict, corpus: str, repeat: str | None) -> dict:
     return {"data": str(new), "repeat": repeat if repeat is not None else saved.get("repeat")}
 
 
+def fork_run(source: Path, run_dir: Path) -> None:
+    """A new run directory that goes on from `source`'s last checkpoint (weights, Adam, counters,
+    data position) with its settings; `source` is left as it was and can train on."""
+    ckpts = list_checkpoints(source)
+    if not ckpts:
+        raise SystemExit(f"--fork {source}: no checkpoint to fork from")
+    if list_checkpoints(run_dir):
+        raise SystemExit(f"{run_dir} already has checkpoints; --fork needs a new --out")
+    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "spm.model", "log.jsonl"):
+        shutil.copyfile(source / name, run_dir / name)
+    saved = json.loads((source / "args.json").read_text())
+    (run_dir / "args.json").write_text(json.dumps(dict(saved, out=str(run_dir)), indent=1) + "\n")
+    shutil.copytree(ckpts[-1], run_dir / "checkpoints" / ckpts[-1].name)
+    with open(run_dir / "log.jsonl", "a") as f:
+        f.write(json.dumps({"forked_from": str(ckpts[-1]), "step": int(ckpts[-1].name.split("_")[1])}) + "\n")
+
+
 def train_command(args) -> Path:
     given = {k: getattr(args, k) for k in RUN_CONTROL_DEFAULTS if getattr(args, k) is not None}
     record = None
     switch = None
+    if args.fork:
+        if args.resume or args.restore:
+            raise SystemExit("--fork starts a new run from another's last checkpoint: no --resume or --restore")
+        fork_run(Path(args.fork), Path(args.out))
+        args.resume = True
     if args.resume:
         run_dir = Path(args.out)
         saved = json.loads((run_dir / "args.json").read_text())
@@ -800,7 +866,7 @@ def train_command(args) -> Path:
             given.update(switch)
         elif args.repeat is not None:
             raise SystemExit("--repeat on --resume changes the data mix: it goes with --switch-data")
-        args = argparse.Namespace(**{**saved, **given, "resume": True, "switch_data": None})
+        args = argparse.Namespace(**{**RUN_CONTROL_DEFAULTS, **saved, **given, "resume": True, "switch_data": None})
     elif args.switch_data:
         raise SystemExit("--switch-data goes with --resume")
     elif args.restore and args.repeat is not None:
@@ -831,6 +897,8 @@ def train_command(args) -> Path:
             grow_weights(trainer.model, weights)
         trainer.write_log({"start": True, "parameters": trainer.model.num_parameters(), "init_from": args.init_from,
                            "config": json.loads((run_dir / "config.json").read_text())})
+    if args.cooldown:
+        trainer.start_cooldown(args.cooldown)
     trainer.run()
     return run_dir
 
@@ -867,6 +935,10 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
                    "the next epoch; --repeat given with it replaces the run's")
     g.add_argument("--restore", help="go on with a run whose directory is gone, from a checkpoint that `average` "
                    "wrote of it (its weights, settings and counters; Adam starts empty)")
+    g.add_argument("--fork", metavar="RUN", help="a new run (--out) that goes on from RUN's last checkpoint, "
+                   "Adam included; RUN is left as it was")
+    g.add_argument("--cooldown", type=int, metavar="N", help="end the run: the learning rate falls linearly to "
+                   "zero over the next N updates (a cooled run does not go on; see --fork)")
     g.add_argument("--bf16", action=argparse.BooleanOptionalAction, help="bf16 autocast for forward/backward "
                    "(default off; a resumed run keeps its setting unless given: fast with AMX or AVX-512 BF16, "
                    "slow without)")

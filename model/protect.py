@@ -66,6 +66,7 @@ _SENTINEL = "[\ue000-\ue01f]"  # a sentinel character in the input is protected 
 SPAN_RE = re.compile("|".join(f"(?:{p})" for p in (_SENTINEL, _TAG, _URL, _EMAIL, _WEBLATE, _ENTITY,
                                                   _PLACEHOLDER)))
 _URL_TRAILING = ".,;:!?)]}'\""
+_SENTINEL_SPLIT = re.compile(f"({_SENTINEL})")
 
 
 def find_spans(text: str, foreign: Callable[[str], bool] | None = None) -> list[tuple[int, int]]:
@@ -166,14 +167,15 @@ def unmask(text: str, spans: list[str]) -> str:
     """Put span k back for sentinel k (a sentinel with no span is removed). Where a neighbouring
     character would run into a span and change it ("%PRODUCTNAME" + "Einstellung" reads as the
     placeholder %PRODUCTNAMEEinstellung, "%" + "%s" as an escaped percent), a space goes between."""
-    if not spans and not any(SENTINEL_BASE <= ord(c) < SENTINEL_BASE + MAX_SPANS for c in text):
+    parts = _SENTINEL_SPLIT.split(text)  # text, sentinel, text, ..., text
+    if len(parts) == 1:
         return text
-    pieces = []  # (text, whether it is a span)
-    for c in text:
-        k = ord(c) - SENTINEL_BASE
-        if not 0 <= k < MAX_SPANS:
-            pieces.append((c, False))
-        elif k < len(spans) and spans[k]:
+    pieces = []  # (text, whether it is a span), empty texts and spanless sentinels left out
+    for i, part in enumerate(parts):
+        k = ord(part) - SENTINEL_BASE if i % 2 else -1
+        if k < 0 and part:
+            pieces.append((part, False))
+        elif 0 <= k < len(spans) and spans[k]:
             pieces.append((spans[k], True))
     out: list[str] = []
     for i, (piece, is_span) in enumerate(pieces):

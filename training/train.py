@@ -388,6 +388,11 @@ def load_training_state(path: Path, model: Transformer, optimizer: torch.optim.A
     return TrainState(**meta["train_state"]), tensors["rng.torch"]
 
 
+def checkpoint_step(path: Path) -> int:
+    """checkpoints/step_0001234 -> 1234."""
+    return int(path.name.removeprefix("step_"))
+
+
 def list_checkpoints(run_dir: Path) -> list[Path]:
     ckpts = sorted((run_dir / "checkpoints").glob("step_*"))
     return [c for c in ckpts if (c / "state.json").exists()]
@@ -681,7 +686,7 @@ class Trainer:
         a = self.args
         ckpts = list_checkpoints(self.run_dir)
         if self.state.cooldown_start >= 0:  # an average with weights from before the cooldown undoes it
-            ckpts = [c for c in ckpts if int(c.name.split("_")[1]) > self.state.cooldown_start]
+            ckpts = [c for c in ckpts if checkpoint_step(c) > self.state.cooldown_start]
         ckpts = ckpts[-a.average_last:]
         last = {n: t.detach().clone() for n, t in stored_state(self.model).items()}
         last_loss = dev_loss(self.model, self.dev_data, a.max_tokens)
@@ -846,7 +851,7 @@ def fork_run(source: Path, run_dir: Path) -> None:
     (run_dir / "args.json").write_text(json.dumps(dict(saved, out=str(run_dir)), indent=1) + "\n")
     shutil.copytree(ckpts[-1], run_dir / "checkpoints" / ckpts[-1].name)
     with open(run_dir / "log.jsonl", "a") as f:
-        f.write(json.dumps({"forked_from": str(ckpts[-1]), "step": int(ckpts[-1].name.split("_")[1])}) + "\n")
+        f.write(json.dumps({"forked_from": str(ckpts[-1]), "step": checkpoint_step(ckpts[-1])}) + "\n")
 
 
 def train_command(args) -> Path:

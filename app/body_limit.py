@@ -1,28 +1,66 @@
-"""A cap on request bodies, enforced while they are read.
+"""What a request body may be: its size, and for JSON its shape, enforced while it is read.
 
 A body declared larger than the cap (Content-Length) is refused with a 413 before a byte of it is
 read; one sent without a length (chunked) is counted as it arrives and refused as soon as it
 passes the cap. No request makes the server hold more than the cap, however large it is.
 File uploads (POST /translate_file) have their own, larger cap.
+
+A JSON body is scanned before anything parses it: nesting deeper than NMT_MAX_JSON_DEPTH or more
+than NMT_MAX_JSON_VALUES values is a 400. A parser would build a Python object for every value,
+~50 bytes each: 4 MiB of `[],[],...` is a million lists, and 100,000 nested arrays exhaust its
+recursion. The scan keeps no objects and stops at the first limit passed.
 """
 
 from __future__ import annotations
 
+import re
+
 from fastapi import HTTPException
 
 from app.errors import error_response
+
+# a JSON string (escapes included), or one structural character
+_JSON_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]')
 
 
 def _too_large(limit: int, setting: str) -> str:
     return f"request body larger than {limit:,} bytes ({setting}): send less per request"
 
 
+def json_shape_problem(body: bytes, max_depth: int, max_values: int) -> str | None:
+    """What is wrong with the shape of a JSON body, or None. Values are counted as the commas
+    between them plus one per array or object (an upper bound for valid JSON)."""
+    depth, values = 0, 1
+    for token in _JSON_TOKEN.finditer(body):
+        c = body[token.start()]
+        if c in b"[{":
+            depth += 1
+            values += 1
+            if depth > max_depth:
+                return (f"the JSON body nests arrays and objects more than {max_depth} deep (NMT_MAX_JSON_DEPTH)")
+        elif c in b"]}":
+            depth -= 1
+        elif c == ord(","):
+            values += 1
+        if values > max_values:
+            return (f"the JSON body holds more than {max_values:,} values (NMT_MAX_JSON_VALUES): send fewer texts "
+                    "or entries per request")
+    return None
+
+
+def _is_json(scope) -> bool:
+    content_type = dict(scope["headers"]).get(b"content-type", b"").split(b";")[0].strip().lower()
+    return content_type == b"application/json" or content_type.endswith(b"+json")
+
+
 class BodyLimit:
     """ASGI middleware: bodies of requests to `file_paths` may hold `max_file_bytes`, others
-    `max_bytes`."""
+    `max_bytes`; JSON bodies at most `max_json_depth` levels and `max_json_values` values."""
 
-    def __init__(self, app, max_bytes: int, max_file_bytes: int, file_paths: tuple[str, ...] = ("/translate_file",)):
+    def __init__(self, app, max_bytes: int, max_file_bytes: int, file_paths: tuple[str, ...] = ("/translate_file",),
+                 max_json_depth: int = 32, max_json_values: int = 10_000):
         self.app, self.max_bytes, self.max_file_bytes, self.file_paths = app, max_bytes, max_file_bytes, file_paths
+        self.max_json_depth, self.max_json_values = max_json_depth, max_json_values
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -35,15 +73,24 @@ class BodyLimit:
         if declared is not None and declared.isdigit() and int(declared) > limit:
             return await error_response(413, _too_large(limit, setting))(scope, receive, send)
         received = 0
+        json_chunks: list[bytes] | None = [] if _is_json(scope) else None
 
         async def receive_within_limit():
             nonlocal received
             message = await receive()
             if message["type"] == "http.request":
-                received += len(message.get("body", b""))
+                chunk = message.get("body", b"")
+                received += len(chunk)
                 if received > limit:
                     # raised inside the route's body read: the error handlers answer it (app/errors.py)
                     raise HTTPException(413, _too_large(limit, setting))
+                if json_chunks is not None:
+                    json_chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        body = json_chunks[0] if len(json_chunks) == 1 else b"".join(json_chunks)
+                        problem = json_shape_problem(body, self.max_json_depth, self.max_json_values)
+                        if problem:
+                            raise HTTPException(400, problem)
             return message
 
         await self.app(scope, receive_within_limit, send)

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
+from app.markup import TooDeep
 from app.storage import StorageUnavailable
 
 log = logging.getLogger("uvicorn.error")
@@ -100,6 +101,10 @@ def install(app: FastAPI) -> None:
         if exc.status_code == 404 and message == "Not Found":
             message = f"no route {request.method} {request.url.path}; see /docs"
         return error_response(exc.status_code, message, getattr(exc, "headers", None))
+
+    @app.exception_handler(TooDeep)
+    async def too_deep(request: Request, exc: TooDeep):
+        return error_response(400, str(exc))
 
     @app.exception_handler(StorageUnavailable)
     async def storage_unavailable(request: Request, exc: StorageUnavailable):

@@ -47,10 +47,16 @@ def _add(fields: dict, name: str, value: str) -> None:
         fields[name] = value
 
 
-async def read_fields(request: Request, required: list[str] = ()) -> tuple[dict, dict[str, Upload]]:
-    """(fields, uploaded files by field name). For JSON the fields are the body object as parsed;
-    for forms, strings (a list for a repeated field). `required` names the fields a 400 for a body
-    of the wrong shape lists."""
+def _too_many_fields(max_fields: int) -> ApiError:
+    return ApiError(400, f"the form has more than {max_fields:,} fields (NMT_MAX_FORM_FIELDS)")
+
+
+async def read_fields(request: Request, required: list[str] = (), max_fields: int = 1000) \
+        -> tuple[dict, dict[str, Upload]]:
+    """(fields, uploaded files by field name). For JSON the fields are the body object as parsed
+    (its shape was checked as it arrived: app/body_limit.py); for forms, strings (a list for a
+    repeated field), at most `max_fields` of them with the files and the query's. `required`
+    names the fields a 400 for a body of the wrong shape lists."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == "application/json" or content_type.endswith("+json"):
         try:
@@ -65,19 +71,25 @@ async def read_fields(request: Request, required: list[str] = ()) -> tuple[dict,
     if content_type and content_type not in FORM_TYPES:
         raise ApiError(400, f"unsupported content type {content_type!r}; send application/json or form data")
     fields: dict = {}
-    for name, value in request.query_params.multi_items():
+    query = request.query_params.multi_items()
+    if len(query) > max_fields:
+        raise _too_many_fields(max_fields)
+    for name, value in query:
         _add(fields, name, value)
     query_names = set(fields)
     form: dict = {}
     files: dict[str, Upload] = {}
     if content_type == "multipart/form-data":
-        await _read_multipart(request, form, files)
+        await _read_multipart(request, form, files, max_fields - len(query))
     elif content_type:
         body = await request.body()
         try:  # raw UTF-8 is fine (curl -d sends it so), and so is percent-encoded UTF-8
-            pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, encoding="utf-8", errors="strict")
+            pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, encoding="utf-8", errors="strict",
+                              max_num_fields=max_fields - len(query))
         except UnicodeDecodeError:
             raise ApiError(400, "the form body is not valid UTF-8 (raw or percent-encoded): send UTF-8") from None
+        except ValueError:  # parse_qsl's "Max number of fields exceeded"
+            raise _too_many_fields(max_fields) from None
         for name, value in pairs:
             _add(form, name, value)
     for name in query_names & set(form):
@@ -87,10 +99,22 @@ async def read_fields(request: Request, required: list[str] = ()) -> tuple[dict,
     return fields, files
 
 
-async def _read_multipart(request: Request, form: dict, files: dict[str, Upload]) -> None:
+class _TooManyParts(Exception):
+    pass
+
+
+async def _read_multipart(request: Request, form: dict, files: dict[str, Upload], max_parts: int) -> None:
     failures: list[ApiError] = []
+    parts = 0
+
+    def count() -> None:
+        nonlocal parts
+        parts += 1
+        if parts > max_parts:
+            raise _TooManyParts
 
     def on_field(field: Field) -> None:
+        count()
         try:
             name = _text(field.field_name or b"", "a form field name")
             _add(form, name, _text(field.value or b"", f"form field {name!r}"))
@@ -98,6 +122,7 @@ async def _read_multipart(request: Request, form: dict, files: dict[str, Upload]
             failures.append(e)
 
     def on_file(file: File) -> None:
+        count()
         file.file_object.seek(0)
         name = (file.field_name or b"").decode("utf-8", "replace")
         filename = (file.file_name or b"").decode("utf-8", "replace")
@@ -110,6 +135,8 @@ async def _read_multipart(request: Request, form: dict, files: dict[str, Upload]
         async for chunk in request.stream():
             parser.write(chunk)
         parser.finalize()
+    except _TooManyParts:
+        raise _too_many_fields(max_parts) from None
     except ValueError as e:  # python_multipart's FormParserError and friends, a missing boundary
         raise ApiError(400, f"malformed multipart body: {e}") from None
     if failures:

@@ -58,7 +58,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["*"])
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, max_file_bytes=settings.max_file_bytes)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, max_file_bytes=settings.max_file_bytes,
+                       max_json_depth=settings.max_json_depth, max_json_values=settings.max_json_values)
     app.add_middleware(MetricsMiddleware, metrics=service.metrics)
     for module in (translate, alignments, models, libretranslate, files, health):
         app.include_router(module.router)

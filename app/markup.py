@@ -29,6 +29,19 @@ VOID_ELEMENTS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "li
 INLINE_ELEMENTS = {"a", "abbr", "b", "bdi", "bdo", "cite", "data", "del", "dfn", "em", "font", "i", "ins", "mark",
                    "q", "s", "small", "span", "strong", "sub", "sup", "time", "u"}
 
+# Deepest nesting of open elements a document may have (NMT_MAX_HTML_DEPTH): each end tag looks
+# through the open elements, so without a bound 20,000 nested <div>s cost seconds of CPU.
+MAX_DEPTH = 512
+
+
+class TooDeep(ValueError):
+    """HTML nested deeper than allowed: the request gets a 400 (app/errors.py)."""
+
+    def __init__(self, max_depth: int):
+        super().__init__(f"the HTML nests elements more than {max_depth:,} deep (NMT_MAX_HTML_DEPTH): close "
+                         "elements, or send it as text")
+
+
 # --- HTML -------------------------------------------------------------------------------------
 
 def _keeps_content(tag: str, attrs: list[tuple[str, str | None]]) -> bool:
@@ -42,8 +55,9 @@ class _Scanner(HTMLParser):
     enclosing element keeps it as written. Only the starts are recorded: a part runs until the
     next one starts, so whatever the parser skips (a stray '</>') stays in the document."""
 
-    def __init__(self, document: str):
+    def __init__(self, document: str, max_depth: int = MAX_DEPTH):
         super().__init__(convert_charrefs=True)
+        self.max_depth = max_depth
         self.line_starts = [0] + [m.end() for m in re.finditer("\n", document)]
         self.parts: list[tuple[int, str | None]] = []  # (start, text to translate or None)
         self.inline: set[int] = set()  # starts of the tags of inline elements outside kept content
@@ -67,6 +81,8 @@ class _Scanner(HTMLParser):
         if tag in INLINE_ELEMENTS and not self._keeping and not _keeps_content(tag, attrs):
             self.inline.add(self.parts[-1][0])
         if tag not in VOID_ELEMENTS:
+            if len(self.open) >= self.max_depth:
+                raise TooDeep(self.max_depth)
             self.open.append((tag, self._keeping or _keeps_content(tag, attrs)))
 
     def handle_startendtag(self, tag, attrs):  # <br/>: nothing opens
@@ -96,12 +112,12 @@ class _Scanner(HTMLParser):
         self._markup()
 
 
-def _runs(document: str, inline: set[int] | None = None) -> list[tuple[str, str | None]]:
+def _runs(document: str, inline: set[int] | None = None, max_depth: int = MAX_DEPTH) -> list[tuple[str, str | None]]:
     """The document as (raw, text) parts: text is the decoded text of a run between tags, or None
     for markup and for text kept as written. Joining the raw parts gives back the document.
     With `inline` (a set), the indices of the runs that are inline tags are added to it."""
     try:
-        scanner = _Scanner(document)
+        scanner = _Scanner(document, max_depth)
     except AssertionError:  # HTMLParser's answer to some malformed declarations, e.g. <![x[
         return [(document, None)]
     parts = scanner.parts
@@ -120,13 +136,13 @@ def _runs(document: str, inline: set[int] | None = None) -> list[tuple[str, str 
     return runs
 
 
-def split_html(document: str) -> tuple[list[str], list[str]]:
+def split_html(document: str, max_depth: int = MAX_DEPTH) -> tuple[list[str], list[str]]:
     """(markup, texts): the text runs between tags to translate (entities decoded, surrounding
     whitespace left out) and the markup around them, as written: tags with their attributes,
     comments, doctype, and the text not to translate: that of script, style, code, pre and
     textarea, of elements with translate="no" or class "notranslate", and text without a letter."""
     markup, texts = [""], []
-    for raw, text in _runs(document):
+    for raw, text in _runs(document, max_depth=max_depth):
         # raw and text disagree when the parser dropped something inside the run: keep it all
         if text is None or not translatable(text) or unescape(raw) != text:
             markup[-1] += raw
@@ -143,9 +159,9 @@ def join_html(markup: list[str], texts: list[str]) -> str:
     return interleave(markup, [escape(text, quote=False) for text in texts])
 
 
-def split_html_sentences(document: str) -> tuple[list[str], list[str]]:
+def split_html_sentences(document: str, max_depth: int = MAX_DEPTH) -> tuple[list[str], list[str]]:
     """split_html, then each text run split into sentences (for join_html)."""
-    markup, runs = split_html(document)
+    markup, runs = split_html(document, max_depth)
     between, sentences = [markup[0]], []
     for run, after in zip(runs, markup[1:]):
         gaps, pieces = split_sentences(run)
@@ -179,7 +195,8 @@ class Document:
         return " ".join(protect.unmask(s, self.spans) for s in self.sentences)
 
 
-def split_document(document: str, html: bool, spans: bool, foreign: Callable[[str], bool] | None = None) -> Document:
+def split_document(document: str, html: bool, spans: bool, foreign: Callable[[str], bool] | None = None,
+                   max_depth: int = MAX_DEPTH) -> Document:
     """Sentences to translate and the rest; with `spans`, protected spans masked first (and, in
     HTML, inline tags too: a sentence runs across them); `foreign`: the characters the model's
     vocabulary cannot spell, whose words are spans too (protect.find_spans)."""
@@ -188,10 +205,10 @@ def split_document(document: str, html: bool, spans: bool, foreign: Callable[[st
         gaps, sentences = split_sentences(masked.text)
         return Document([protect.unmask(g, masked.spans) for g in gaps], sentences, masked.spans, False)
     if not spans:
-        between, sentences = split_html_sentences(document)
+        between, sentences = split_html_sentences(document, max_depth)
         return Document(between, sentences, [], True)
     between, segments, all_spans = [""], [], []
-    for segment in _segments(document):
+    for segment in _segments(document, max_depth):
         if isinstance(segment, str):
             between[-1] += segment
             continue
@@ -207,11 +224,11 @@ def split_document(document: str, html: bool, spans: bool, foreign: Callable[[st
     return Document(between, segments, all_spans, True)
 
 
-def _segments(document: str) -> list[str | list[tuple[str, str | None]]]:
+def _segments(document: str, max_depth: int = MAX_DEPTH) -> list[str | list[tuple[str, str | None]]]:
     """The document as markup (str) and segments: runs of text and inline tags that read as one
     text, each a list of (raw, decoded text or None for a tag), with no tag at either end."""
     inline: set[int] = set()
-    runs = _runs(document, inline)
+    runs = _runs(document, inline, max_depth)
     out: list[str | list[tuple[str, str | None]]] = []
     current: list[tuple[str, str | None]] = []
 

@@ -24,6 +24,8 @@ from starlette.requests import Request
 from app.alignments import AlignmentStore
 from app.blobs import FileStore
 from app.cache import TranslationCache
+from app.documents.isolated import DocumentReader
+from app.documents.limits import Limits
 from app.errors import ApiError
 from app.keys import ApiKey, open_keys
 from app.language import LanguageDetector
@@ -70,6 +72,13 @@ def visible_cuda_devices() -> int:
     return len(glob.glob("/dev/nvidia[0-9]*"))
 
 
+def document_limits(s: Settings) -> Limits:
+    return Limits(max_zip_members=s.max_zip_members, max_unzipped_bytes=s.max_unzipped_bytes,
+                  max_zip_ratio=s.max_zip_ratio, max_xml_depth=s.max_xml_depth, max_texts=s.max_file_texts,
+                  max_chars=s.max_file_chars, max_output_bytes=s.file_store_bytes,
+                  memory_bytes=s.document_memory_bytes, timeout_s=s.document_timeout_s)
+
+
 class Service:
     def __init__(self, settings: Settings):
         self.settings = settings
@@ -78,6 +87,7 @@ class Service:
         self.alignments = AlignmentStore(self.storage, settings.alignment_ttl_s, settings.alignment_max_bytes)
         self.limiter = RateLimiter(self.storage)
         self.files = FileStore(self.storage, settings.file_ttl_s)
+        self.documents = DocumentReader(document_limits(settings), settings.document_parsers)
         self.cache: TranslationCache | None = None  # made in start(), with the models' fingerprints
         self.keys = open_keys(settings.keys_db, settings.redis_url)
         self.suggestions = SuggestionStore(settings.suggestions_db)
@@ -228,7 +238,7 @@ class Service:
         if not texts:
             raise ApiError(400, f"{field}: give at least one text")
         if len(texts) > s.max_items:
-            raise ApiError(400, f"{field}: {len(texts)} texts; at most {s.max_items} per request")
+            raise ApiError(400, f"{field}: {len(texts)} texts; at most {s.max_items} per request (NMT_MAX_ITEMS)")
         cleaned = []
         for i, text in enumerate(texts):
             name = item_name(field, i, len(texts))

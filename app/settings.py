@@ -80,6 +80,30 @@ class Settings(BaseSettings):
                                   "oldest go first).")
     max_file_chars: int = Field(200_000, ge=1, description="Most characters of text in one file to translate.")
     file_timeout_s: float = Field(600.0, gt=0, description="Deadline of one file translation; past it, 504.")
+    # Untrusted files: what one may hold, checked before a parser sees it (SECURITY.md)
+    max_file_texts: int = Field(20_000, ge=1, description="Most texts (paragraphs, subtitle cues, catalog "
+                                "entries, chapters) in one file to translate.")
+    max_zip_members: int = Field(2000, ge=1, description="Most members of a zip-based document (docx, pptx, odt, "
+                                 "odp, epub).")
+    max_unzipped_bytes: int = Field(100 * 2**20, ge=1024, description="Most bytes a zip-based document may inflate "
+                                    "to, all members together; counted while inflating, whatever the members' "
+                                    "headers declare.")
+    max_zip_ratio: float = Field(100.0, ge=1, description="Highest compression ratio of a zip member larger than "
+                                 "1 MiB.")
+    max_xml_depth: int = Field(256, ge=8, description="Deepest nesting of XML elements in a document's parts.")
+    document_memory_bytes: int = Field(256 * 2**20, ge=64 * 2**20, description="Address space of the process "
+                                       "that reads or writes one document (RLIMIT_AS); past it the file gets 413.")
+    document_timeout_s: float = Field(60.0, gt=0, description="Longest one document may take to be read or "
+                                      "written back (each); past it the reader is killed and the file gets 413.")
+    document_parsers: int = Field(1, ge=1, le=64, description="Document reader processes running at once; other "
+                                  "files wait their turn within NMT_DOCUMENT_TIMEOUT_S.")
+    # Untrusted request bodies
+    max_html_depth: int = Field(512, ge=8, description="Deepest nesting of unclosed HTML elements in a text "
+                                "(format html) or an HTML file.")
+    max_json_depth: int = Field(32, ge=4, description="Deepest nesting of arrays and objects in a JSON body.")
+    max_json_values: int = Field(10_000, ge=16, description="Most values (strings, numbers, arrays, objects...) "
+                                 "in a JSON body.")
+    max_form_fields: int = Field(1000, ge=8, description="Most fields (and files) in a form body.")
     detect_languages: CommaList = Field([], description="Languages POST /detect and source 'auto' choose among "
                                         "(ISO 639-1 codes); empty: all 75 the detector (lingua) knows, ~1.2 GB of "
                                         "models once loaded; 'none': detection off.")

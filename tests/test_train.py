@@ -289,7 +289,7 @@ def test_subsample_cuts_and_repeat_repeats_a_source(tmp_path):
         (tmp_path / f"train.{ext}").write_text("".join(r[col] + "\n" for r in rows), encoding="utf-8")
     loaded = train.load_training_corpus(tmp_path, -1, 1, subsample={"bible": 4}, repeat={"ding": 3})
     assert loaded.description["pairs_by_source"] == {"bible": 4, "ding": 9, "gettext": 4}
-    bible = [e for e in loaded.en if e.startswith("Bible")]
+    bible = [e for e in loaded.source if e.startswith("Bible")]
     assert len(set(bible)) == 4  # four different verses, not one repeated
     assert train.parse_counts("bible=30000, ding=2") == {"bible": 30000, "ding": 2}
 
@@ -357,3 +357,30 @@ def test_cooldown_of_a_fork_leaves_the_main_run_free_to_train_on(tmp_path):
     assert step7["lr"] == pytest.approx(train.inverse_sqrt_lr(7, 2e-3, 4))
     with pytest.raises(SystemExit, match="new --out"):
         train.main(["train", "--fork", str(main_run), "--out", str(cooled), "--cooldown", "2"])
+
+
+def test_direction_de_en_reads_the_same_pairs_the_other_way(tmp_path):
+    rows = [(f"Open file {i} now.", f"Datei {i} jetzt öffnen.", "lohelp") for i in range(12)]
+    rows += [(f"Menu {i}", f"Menü {i}", "gettext") for i in range(6)]
+    for ext, col in (("en", 0), ("de", 1), ("source", 2)):
+        (tmp_path / f"train.{ext}").write_text("".join(r[col] + "\n" for r in rows), encoding="utf-8")
+    forward = train.load_training_corpus(tmp_path, -1, 1, short_keep=3)
+    backward = train.load_training_corpus(tmp_path, -1, 1, short_keep=3, direction="de-en")
+    assert backward.source == forward.target and backward.target == forward.source  # the same rows kept
+    assert backward.source[0].startswith("Datei")
+    with pytest.raises(ValueError, match="one of en-de, de-en"):
+        train.load_training_corpus(tmp_path, -1, 1, direction="en-fr")
+
+
+def test_a_de_en_run_writes_a_de_en_checkpoint_that_nmt_eval_reads_that_way(tmp_path):
+    from training.evaluate import evaluate
+
+    corpus = write_corpus(tmp_path, pairs(40), pairs(40)[:6])
+    run_dir = run(corpus, tmp_path / "run", "--direction", "de-en", "--max-steps", "2", "--max-tokens", "200")
+    assert json.loads((run_dir / "args.json").read_text())["direction"] == "de-en"
+    for checkpoint in (run_dir / "final", train.main(["average", "--run", str(run_dir), "--last", "1",
+                                                      "--out", str(tmp_path / "avg")])):
+        meta = json.loads((Path(checkpoint) / "metadata.json").read_text())
+        assert (meta["source_lang"], meta["target_lang"]) == ("de", "en")
+    report = evaluate(str(run_dir / "final"), str(corpus), ["test_sw"], [1], hyp_dir=str(tmp_path / "hyp"))
+    assert report["results"][0]["sentences"] == 6 and (tmp_path / "hyp" / "test_sw.beam1.en").exists()

@@ -107,10 +107,12 @@ def evaluate(model_dir: str, data_dir: str, sets: list[str], beams: list[int], l
     references upper-cased: how the model does on text such as UI labels in capitals)."""
     torch.set_num_threads(threads)
     translator = Translator.load(model_dir, device="cpu", dtype=dtype)
+    # a corpus holds NAME.en and NAME.de; the model's languages say which is the source
+    src_lang, tgt_lang = translator.metadata.get("source_lang", "en"), translator.metadata.get("target_lang", "de")
     rows = []
     for name in sets:
-        src = read_lines(Path(data_dir) / f"{name}.en")[:limit]
-        ref = read_lines(Path(data_dir) / f"{name}.de")[:limit]
+        src = read_lines(Path(data_dir) / f"{name}.{src_lang}")[:limit]
+        ref = read_lines(Path(data_dir) / f"{name}.{tgt_lang}")[:limit]
         if capitals:
             src, ref = [s.upper() for s in src], [r.upper() for r in ref]
         for beam in beams:
@@ -120,7 +122,7 @@ def evaluate(model_dir: str, data_dir: str, sets: list[str], beams: list[int], l
                   f"({row['sentences_per_s']:.1f} sent/s)", file=sys.stderr, flush=True)
             if hyp_dir:
                 Path(hyp_dir).mkdir(parents=True, exist_ok=True)
-                (Path(hyp_dir) / f"{name}.beam{beam}.de").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+                (Path(hyp_dir) / f"{name}.beam{beam}.{tgt_lang}").write_text("\n".join(hyps) + "\n", encoding="utf-8")
     return {"model": str(model_dir), "metadata": translator.metadata, "threads": threads, "dtype": translator.dtype,
             "limit": limit, "capitals": capitals,
             "results": rows}

@@ -71,14 +71,26 @@ def log(msg: str) -> None:
 
 @dataclass
 class Corpus:
-    en: list[str]
-    de: list[str]
+    source: list[str]
+    target: list[str]
     description: dict = field(default_factory=dict)
 
 
+DIRECTIONS = ("en-de", "de-en")  # a corpus holds .en and .de files; a run reads them in one direction
+
+
+def languages(direction: str) -> tuple[str, str]:
+    """'de-en' -> ('de', 'en'): the source and target language, also the corpus files' suffixes."""
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction {direction!r}: one of {', '.join(DIRECTIONS)}")
+    source, target = direction.split("-")
+    return source, target
+
+
 def load_training_corpus(data_dir: Path, dict_keep: int, seed: int, short_keep: int = -1,
-                         repeat: dict[str, int] | None = None, subsample: dict[str, int] | None = None) -> Corpus:
-    """The training pairs, weighted toward full sentences.
+                         repeat: dict[str, int] | None = None, subsample: dict[str, int] | None = None,
+                         direction: str = "en-de") -> Corpus:
+    """The training pairs of `direction`, weighted toward full sentences.
 
     - `ding_dict` word/phrase entries are subsampled to `dict_keep`: ~312k of the pairs are 1-3
       word dictionary entries; kept whole they would be a third of the updates and teach the model
@@ -116,7 +128,8 @@ def load_training_corpus(data_dir: Path, dict_keep: int, seed: int, short_keep: 
         counts[sources[i]] = counts.get(sources[i], 0) + 1
     # protected spans become sentinels, numbered in a seeded random order (model/protect.py)
     rng = random.Random(seed)
-    masked = [protect.mask_pair(en[i], de[i], rng) for i in rows]
+    src, tgt = (en, de) if languages(direction)[0] == "en" else (de, en)  # the same rows either way
+    masked = [protect.mask_pair(src[i], tgt[i], rng) for i in rows]
     kept = [m for m in masked if m is not None]
     description = {"pairs": len(kept), "pairs_by_source": dict(sorted(counts.items())),
                    "ding_dict_available": int(len(dict_rows)), "ding_dict_kept": int(counts.get("ding_dict", 0)),
@@ -159,7 +172,7 @@ def train_sentencepiece(corpus: Corpus, prefix: Path, vocab_size: int, sample_si
     """
     text = Path(f"{prefix}.train.txt")
     with open(text, "w", encoding="utf-8") as f:
-        for line in corpus.en + corpus.de:
+        for line in corpus.source + corpus.target:
             if line.strip():
                 f.write(line + "\n")
     spm.SentencePieceTrainer.train(
@@ -508,15 +521,17 @@ class Trainer:
     def load_data(self) -> None:
         a, c = self.args, self.config
         corpus = load_training_corpus(Path(a.data), a.dict_keep, a.seed, a.short_keep, parse_counts(a.repeat),
-                                      parse_counts(getattr(a, "subsample", "")))  # runs older than --subsample lack it
+                                      parse_counts(getattr(a, "subsample", "")),  # runs older than --subsample lack it
+                                      direction=run_direction(a))
         t0 = time.time()
-        self.train_data = encode_corpus(self.sp, corpus.en, corpus.de, c.eos_id, a.max_len)
+        self.train_data = encode_corpus(self.sp, corpus.source, corpus.target, c.eos_id, a.max_len)
         self.data_description = dict(corpus.description, pairs_after_length_filter=len(self.train_data),
                                      max_len=a.max_len)
-        dev_en, dev_de = read_lines(Path(a.data) / "dev.en"), read_lines(Path(a.data) / "dev.de")
-        self.dev_data = encode_corpus(self.sp, *load_heldout(Path(a.data) / "dev.en", Path(a.data) / "dev.de"),
-                                      c.eos_id, 10**9)
-        self.dev_en, self.dev_de = dev_en[: a.dev_bleu_size], dev_de[: a.dev_bleu_size]
+        src_lang, tgt_lang = languages(run_direction(a))
+        dev_src, dev_tgt = Path(a.data) / f"dev.{src_lang}", Path(a.data) / f"dev.{tgt_lang}"
+        self.dev_data = encode_corpus(self.sp, *load_heldout(dev_src, dev_tgt), c.eos_id, 10**9)
+        self.dev_src = read_lines(dev_src)[: a.dev_bleu_size]
+        self.dev_tgt = read_lines(dev_tgt)[: a.dev_bleu_size]
         n_tgt = int(sum(len(t) for t in self.train_data.tgt))
         log(f"data: {len(self.train_data)} training pairs ({n_tgt} target tokens), {len(self.dev_data)} dev pairs; "
             f"encoded in {time.time() - t0:.0f}s; {json.dumps(corpus.description['pairs_by_source'])}")
@@ -609,7 +624,7 @@ class Trainer:
         with torch.random.fork_rng(devices=[]):
             t0 = time.time()
             loss = dev_loss(self.model, self.dev_data, self.args.max_tokens)
-            bleu = dev_bleu(self.model, self.tokenizer, self.dev_en, self.dev_de) if self.args.dev_bleu_size else None
+            bleu = dev_bleu(self.model, self.tokenizer, self.dev_src, self.dev_tgt) if self.args.dev_bleu_size else None
         return {"dev_loss": round(loss, 4), "dev_ppl": round(math.exp(min(loss, 50)), 2),
                 "dev_bleu": None if bleu is None else round(bleu, 2), "eval_seconds": round(time.time() - t0, 1)}
 
@@ -717,7 +732,8 @@ class Trainer:
             "recipe": {k: getattr(a, k) for k in ("lr", "warmup", "max_tokens", "accum", "label_smoothing",
                                                   "clip_norm", "seed")},
         }
-        metadata = {"source_lang": "en", "target_lang": "de", "training": summary}
+        src_lang, tgt_lang = languages(run_direction(a))
+        metadata = {"source_lang": src_lang, "target_lang": tgt_lang, "training": summary}
         out = Path(a.final_dir) if a.final_dir else self.run_dir / "final"
         save_checkpoint(out, self.model, self.sp_path, self.sp_path, metadata, dtype=dtype)
         self.write_log({"final": True, "step": s.step, "elapsed": round(s.elapsed, 1), **final_dev})
@@ -728,6 +744,11 @@ class Trainer:
         src_len, tgt_len = self.train_data.lengths()
         return len(make_batches(src_len, tgt_len, self.args.max_tokens, self.args.seed, self.state.epoch,
                                 self.args.sort_chunk))
+
+
+def run_direction(args) -> str:
+    """The run's direction; runs from before --direction are en-de."""
+    return getattr(args, "direction", None) or "en-de"
 
 
 def hardware(threads: int) -> str:
@@ -917,8 +938,10 @@ def average_command(args) -> Path:
     config = ModelConfig.load(run_dir / "config.json")
     model = Transformer(config)
     load_weights(model, average_checkpoints(ckpts))
-    metadata = {"source_lang": "en", "target_lang": "de", "averaged_checkpoints": [c.name for c in ckpts],
-                "run": run_record(run_dir, ckpts[-1])}
+    record = run_record(run_dir, ckpts[-1])
+    src_lang, tgt_lang = languages(run_direction(argparse.Namespace(**record["args"])))
+    metadata = {"source_lang": src_lang, "target_lang": tgt_lang, "averaged_checkpoints": [c.name for c in ckpts],
+                "run": record}
     save_checkpoint(Path(args.out), model, run_dir / "spm.model", run_dir / "spm.model", metadata, dtype=args.dtype)
     log(f"averaged {len(ckpts)} checkpoints into {args.out}")
     return Path(args.out)
@@ -928,6 +951,7 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("run")
     g.add_argument("--data", default="data/corpus", help="corpus directory (train/dev .en/.de, train.source)")
     g.add_argument("--out", required=True, help="run directory")
+    g.add_argument("--direction", choices=DIRECTIONS, default="en-de", help="which side of the corpus is the source")
     g.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
     # run-control options default to None so that --resume can tell "given" from "default"
     g.add_argument("--time-budget", type=float, help="minutes of training, then finish cleanly (default: none)")

@@ -52,7 +52,7 @@ def read(filename: str, data: bytes) -> Extracted:
     reader = _readers()[extension(filename)]
     try:
         return reader(data)
-    except FormatError:
+    except (FormatError, MemoryError, RecursionError):
         raise
     except Exception as e:  # the libraries' own errors for a damaged file: zip, XML, polib
         raise FormatError(f"cannot read it as {extension(filename)}: {type(e).__name__}: {e}") from None

@@ -9,9 +9,10 @@ import re
 
 import polib
 
-from app.documents import Extracted, decode
+from app.documents import Extracted, FormatError, decode
 
 PLURAL_FORMS = "nplurals=2; plural=(n != 1);"  # German's and English's (the served languages)
+MAX_PLURAL_FORMS = 6  # no language has more (Arabic has six)
 
 
 def _plurals(po: polib.POFile) -> int:
@@ -21,6 +22,10 @@ def _plurals(po: polib.POFile) -> int:
 
 def read(data: bytes) -> Extracted:
     po = polib.pofile(decode(data))
+    for e in po:
+        if len(e.msgstr_plural) > MAX_PLURAL_FORMS:
+            raise FormatError(f"the entry {e.msgid[:40]!r} has {len(e.msgstr_plural):,} plural forms; a language has "
+                              f"at most {MAX_PLURAL_FORMS}")
     entries = [e for e in po if not e.obsolete and e.msgid and not e.translated() and "fuzzy" not in e.flags]
     texts = []
     for e in entries:

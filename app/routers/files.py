@@ -10,8 +10,6 @@ NMT_MAX_SEGMENTS sentences, all within NMT_FILE_TIMEOUT_S.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import time
 from urllib.parse import quote
 
@@ -19,6 +17,7 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import Response
 
 from app import documents, markup
+from app.documents.isolated import DocumentError
 from app.errors import ApiError
 from app.forms import read_fields
 from app.protocol import LTTranslateFileResponse
@@ -27,7 +26,6 @@ from app.scheduler import BatchKey
 from model.clean import clean_text
 
 router = APIRouter(tags=["libretranslate"])
-log = logging.getLogger("uvicorn.error")
 
 FILE_FORM = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
     "type": "object", "required": ["file", "source", "target"],
@@ -55,7 +53,7 @@ async def translate_file(request: Request, service: ServiceDep):
     if not s.files_translation:
         raise ApiError(403, "Files translation are disabled on this server.")
     started = time.monotonic()
-    fields, files = await read_fields(request)
+    fields, files = await read_fields(request, max_fields=service.settings.max_form_fields)
     upload = files.get("file")
     if upload is None or not upload.filename:
         raise ApiError(400, "Invalid request: missing file parameter")
@@ -67,19 +65,19 @@ async def translate_file(request: Request, service: ServiceDep):
         raise ApiError(400, f"Invalid request: file format not supported ({extension or 'no extension'}); "
                        f"supported: {', '.join(documents.extensions())}")
     try:
-        extracted = await asyncio.to_thread(documents.read, upload.filename, upload.data)
-    except documents.FormatError as e:
+        texts, html = await service.documents.extract(upload.filename, upload.data)
+    except DocumentError as e:
+        raise ApiError(e.status, f"{upload.filename}: {e.message}") from None
+    texts = [clean_text(t) for t in texts]
+    try:
+        sample = " ".join(markup.split_document(t, is_html, spans=False, max_depth=s.max_html_depth).text
+                          for t, is_html in zip(texts[:20], html)) if source == "auto" else ""
+        model, _ = service.resolve(source, target, sample)
+        parts = [markup.split_document(t, is_html, spans=model.protects_spans, foreign=model.tokenizer.cannot_spell,
+                                       max_depth=s.max_html_depth)
+                 for t, is_html in zip(texts, html)]
+    except markup.TooDeep as e:
         raise ApiError(400, f"{upload.filename}: {e}") from None
-    texts = [clean_text(t) for t in extracted.texts]
-    chars = sum(len(t) for t in texts)
-    if chars > s.max_file_chars:
-        raise ApiError(400, f"{upload.filename} holds {chars:,} characters of text; at most {s.max_file_chars:,} "
-                       "per file (NMT_MAX_FILE_CHARS): split it")
-    sample = " ".join(markup.split_document(t, html, spans=False).text for t, html in zip(texts[:20], extracted.html)) \
-        if source == "auto" else ""
-    model, _ = service.resolve(source, target, sample)
-    parts = [markup.split_document(t, html, spans=model.protects_spans, foreign=model.tokenizer.cannot_spell)
-             for t, html in zip(texts, extracted.html)]
     sentences = [sentence for part in parts for sentence in part.sentences]
     sources = [service.encode_text(model, sentence, f"a sentence of {upload.filename}") for sentence in sentences]
     key = BatchKey(model.id, beam_size=s.default_beam_size, n_best=1)
@@ -94,11 +92,9 @@ async def translate_file(request: Request, service: ServiceDep):
     found = iter(translations)
     rebuilt = [part.join([next(found) for _ in part.sentences]) for part in parts]
     try:
-        data = await asyncio.to_thread(extracted.write, rebuilt, model.target)
-    except Exception as e:  # a library refusing what it read itself: say so rather than fail with a 500
-        log.exception("writing %s back failed", upload.filename)
-        raise ApiError(400, f"{upload.filename}: translated, but it cannot be written back as "
-                       f"{documents.extension(upload.filename)} ({type(e).__name__}: {e})") from None
+        data = await service.documents.rebuild(upload.filename, upload.data, rebuilt, model.target)
+    except DocumentError as e:
+        raise ApiError(e.status, f"{upload.filename}: translated, but {e.message}") from None
     name = documents.output_name(upload.filename, model.target)
     file_id = await service.files.put(name, data)
     if file_id is None:

@@ -54,7 +54,8 @@ def request_body(model: type[BaseModel]) -> dict:
 
 async def read_body(request: Request, model: type[BaseModel]) -> BaseModel:
     """The body (JSON or form data, app/forms.py) validated as `model`, or a 400 saying what is wrong."""
-    fields, _ = await read_fields(request, [name for name, field in model.model_fields.items() if field.is_required()])
+    fields, _ = await read_fields(request, [name for name, field in model.model_fields.items() if field.is_required()],
+                                  request.app.state.service.settings.max_form_fields)
     try:
         return model.model_validate(fields)
     except ValidationError as e:
@@ -74,10 +75,12 @@ async def translate(request: Request, service: ServiceDep):
     # html without text comes back as it is
     texts = service.accept_texts(texts, "q", allow_blank=html, char_limit=char_limit)
     # 'auto' detects each text's words, without its markup; a given source needs no detection
-    readable = [markup.split_document(text, html, spans=False).text for text in texts] if body.source == "auto" \
-        else texts
+    depth = service.settings.max_html_depth
+    readable = [markup.split_document(text, html, spans=False, max_depth=depth).text for text in texts] \
+        if body.source == "auto" else texts
     resolved = await service.resolve_each(body.source, body.target, readable, "q")
-    documents = [markup.split_document(text, html, spans=model.protects_spans, foreign=model.tokenizer.cannot_spell)
+    documents = [markup.split_document(text, html, spans=model.protects_spans, foreign=model.tokenizer.cannot_spell,
+                                       max_depth=depth)
                  for text, (model, _) in zip(texts, resolved)]
     sentences = sum(len(document.sentences) for document in documents)
     if sentences > service.settings.max_segments:

@@ -9,7 +9,8 @@ fi
 extras=$(IFS=,; echo "$*")
 spec="."
 [ -n "$extras" ] && spec=".[$extras]"
-# torch is pinned (torch==2.13.0) in pyproject.toml; install it first so nothing pulls another build
+# torch: pyproject.toml admits a tested range; the exact version is pinned here (and in the
+# Dockerfile), installed first so nothing pulls another build
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e "$spec"

@@ -1,0 +1,235 @@
+"""The GPU table: our engine in float16 and bfloat16 against Hugging Face `generate` (and
+CTranslate2 where its wheel runs on the GPU) on the same random OPUS-MT-base-shaped weights, beam
+4 x batch 1/32/128; and a training throughput figure (forward + backward + Adam, bf16 autocast)
+of the shipped model's shape.
+
+    python bench/gpu.py --out DIR            # on a CUDA machine: DIR/engine.md, DIR/train.md, DIR/gpu.json
+    python bench/gpu.py --out DIR --check    # anywhere: the same code on a small shape, on the CPU
+
+The model, sources and equal-work rule are bench/engine.py's: every engine writes exactly
+--tgt-len tokens per sentence (EOS banned until then), checked; tokens/s counts source + target
+tokens of the batch. Each row: one warm-up, then --repeat timed runs (median), with the device
+synchronised around each. Run by scripts/gpu-check.sh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+warnings.filterwarnings("ignore", message=".*(quantiz|sacremoses).*")
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.engine import EOS, SHAPES, check_outputs, make_sources, prepare  # noqa: E402
+from model.config import ModelConfig  # noqa: E402
+from model.translator import Translator  # noqa: E402
+
+TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+class Ours:
+    name = "ours"
+
+    def __init__(self, ckpt: Path, device: str, compute: str):
+        self.t = Translator.load(ckpt, device=device, dtype=compute, max_length_b=10_000)
+
+    def run(self, sources, beam: int, tgt_len: int):
+        res = self.t.translate(sources, beam_size=beam, max_decoding_length=tgt_len, min_length=tgt_len,
+                               batch_tokens=1 << 30)
+        return [r.hypotheses[0].token_ids if not r.hypotheses[0].ended_with_eos else None for r in res]
+
+
+class HF:
+    name = "hf"
+
+    def __init__(self, hf_dir: Path, device: str, compute: str):
+        from transformers import MarianMTModel
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        self.device = device
+        self.model = MarianMTModel.from_pretrained(hf_dir).to(device, TORCH_DTYPES[compute]).eval()
+        self.pad = self.model.config.pad_token_id
+
+    def run(self, sources, beam: int, tgt_len: int):
+        ids = torch.tensor(sources, device=self.device)
+        with torch.inference_mode():
+            out = self.model.generate(
+                input_ids=ids, attention_mask=torch.ones_like(ids), num_beams=beam, early_stopping=True,
+                max_new_tokens=tgt_len, min_new_tokens=tgt_len, do_sample=False, length_penalty=1.0,
+                num_return_sequences=1, forced_eos_token_id=None, bad_words_ids=[[self.pad]], use_cache=True)
+        return [[t for t in row[1:] if t not in (self.pad, EOS)] for row in out.tolist()]
+
+
+class CT2:
+    name = "ct2"
+
+    def __init__(self, ct2_dir: Path, device: str, compute: str, id_to_token: list[str]):
+        import ctranslate2
+
+        self.t = ctranslate2.Translator(str(ct2_dir), device=device.split(":")[0], compute_type=compute)
+        self.id_to_token = id_to_token
+
+    def run(self, sources, beam: int, tgt_len: int):
+        tokens = [[self.id_to_token[i] for i in s] for s in sources]
+        res = self.t.translate_batch(tokens, beam_size=beam, max_decoding_length=tgt_len,
+                                     min_decoding_length=tgt_len, num_hypotheses=1, length_penalty=1.0)
+        return [r.hypotheses[0] if "</s>" not in r.hypotheses[0] else None for r in res]
+
+
+def ct2_on(device: str) -> str | None:
+    """Why CTranslate2 cannot run here, or None when it can."""
+    try:
+        import ctranslate2
+    except ImportError:
+        return "ctranslate2 is not installed"
+    if device.startswith("cuda") and ctranslate2.get_cuda_device_count() == 0:
+        return "this ctranslate2 wheel sees no CUDA device"
+    return None
+
+
+def timed(engine, sources, beam: int, tgt_len: int, repeat: int, device: str) -> float:
+    check_outputs(engine, engine.run(sources, beam, tgt_len), tgt_len)  # warm-up and the equal-work check
+    times = []
+    for _ in range(repeat):
+        synchronize(device)
+        start = time.perf_counter()
+        engine.run(sources, beam, tgt_len)
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def engine_table(args, device: str) -> list[dict]:
+    why_not_ct2 = ct2_on(device)
+    paths = prepare(args.workdir, args.shape, need_ct2=why_not_ct2 is None)
+    vocab = SHAPES[args.shape]["vocab"]
+    id_to_token = None
+    if why_not_ct2 is None:
+        vocab_json = json.loads((paths["hf"] / "vocab.json").read_text())
+        id_to_token = [None] * len(vocab_json)
+        for token, i in vocab_json.items():
+            id_to_token[i] = token
+    else:
+        print(f"CTranslate2 left out: {why_not_ct2}", file=sys.stderr)
+    rows = []
+    for compute in args.dtypes.split(","):
+        engines = [Ours(paths["ours"], device, compute), HF(paths["hf"], device, compute)]
+        if why_not_ct2 is None:
+            engines.append(CT2(paths["ct2"], device, compute, id_to_token))
+        for batch in [int(b) for b in args.batches.split(",")]:
+            sources = make_sources(batch, args.src_len, vocab, {vocab - 1}, EOS)
+            for engine in engines:
+                seconds = timed(engine, sources, args.beam, args.tgt_len, args.repeat, device)
+                rows.append({"engine": engine.name, "compute": compute, "beam": args.beam, "batch": batch,
+                             "seconds": round(seconds, 4),
+                             "tokens_per_s": round(batch * (args.src_len + args.tgt_len) / seconds, 1)})
+                print(f"{engine.name} {compute} beam {args.beam} batch {batch}: {rows[-1]['tokens_per_s']:,.0f} "
+                      "tokens/s", file=sys.stderr, flush=True)
+        del engines
+    return rows
+
+
+def training_throughput(args, device: str) -> dict:
+    """Updates of the shipped model's shape on random batches (bf16 autocast on CUDA)."""
+    from model.transformer import Transformer
+    from training.train import label_smoothed_loss
+
+    config = ModelConfig.load(ROOT / "checkpoints" / "en-de" / "config.json")
+    model = Transformer(config).to(device).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    g = torch.Generator().manual_seed(0)
+    batch, length = args.train_batch, 32
+
+    def step():
+        src = torch.randint(4, config.src_vocab_size, (batch, length), generator=g).to(device)
+        tgt = torch.randint(4, config.tgt_vocab_size, (batch, length + 1), generator=g).to(device)
+        with torch.autocast(device.split(":")[0], dtype=torch.bfloat16, enabled=device.startswith("cuda")):
+            logits = model(src, tgt[:, :-1])
+        loss = label_smoothed_loss(logits, tgt[:, 1:], 0.1, config.pad_id) / tgt[:, 1:].numel()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for _ in range(3):
+        step()
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(args.train_steps):
+        step()
+    synchronize(device)
+    seconds = time.perf_counter() - start
+    tokens = args.train_steps * batch * (2 * length)
+    return {"shape": f"{config.encoder_layers}+{config.decoder_layers} layers, d_model {config.d_model}",
+            "batch": f"{batch} x {length} source + {length} target tokens", "steps": args.train_steps,
+            "seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds),
+            "target_tokens_per_s": round(tokens / 2 / seconds)}
+
+
+def markdown(rows: list[dict], train: dict, device_name: str) -> tuple[str, str]:
+    hf = {(r["compute"], r["batch"]): r["tokens_per_s"] for r in rows if r["engine"] == "hf"}
+    lines = [f"Device: {device_name}", "", "| engine | compute | beam | batch | tokens/s | ratio vs HF |",
+             "|---|---|---:|---:|---:|---:|"]
+    for r in rows:
+        base = hf.get((r["compute"], r["batch"]))
+        ratio = f"{r['tokens_per_s'] / base:.2f}" if base else "-"
+        lines.append(f"| {r['engine']} | {r['compute']} | {r['beam']} | {r['batch']} | {r['tokens_per_s']:,.0f} | {ratio} |")
+    training = [f"Device: {device_name}", "", "| model | batch | steps | tokens/s (source + target) | target tokens/s |",
+                "|---|---|---:|---:|---:|",
+                f"| {train['shape']} | {train['batch']} | {train['steps']} | {train['tokens_per_s']:,} | "
+                f"{train['target_tokens_per_s']:,} |"]
+    return "\n".join(lines) + "\n", "\n".join(training) + "\n"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True, help="folder for engine.md, train.md and gpu.json")
+    ap.add_argument("--check", action="store_true", help="a small shape on the CPU: proves the code runs")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="base")
+    ap.add_argument("--beam", type=int, default=4)
+    ap.add_argument("--batches", default="1,32,128")
+    ap.add_argument("--dtypes", default="float16,bfloat16")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--src-len", type=int, default=25, help="source tokens, EOS included")
+    ap.add_argument("--tgt-len", type=int, default=30, help="forced target tokens")
+    ap.add_argument("--train-batch", type=int, default=256)
+    ap.add_argument("--train-steps", type=int, default=30)
+    ap.add_argument("--workdir", type=Path, default=ROOT / "artifacts" / "bench")
+    args = ap.parse_args(argv)
+    if args.check:
+        device = "cpu"
+        args.shape, args.batches, args.dtypes, args.repeat, args.tgt_len = "small", "1,2", "float32", 1, 4
+        args.train_batch, args.train_steps = 4, 2
+    elif not torch.cuda.is_available():
+        sys.exit("no CUDA device: run with --check to test this script on the CPU")
+    else:
+        device = "cuda"
+    device_name = torch.cuda.get_device_name(0) if device == "cuda" else "CPU (--check)"
+    rows = engine_table(args, device)
+    train = training_throughput(args, device)
+    engine_md, train_md = markdown(rows, train, device_name)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "engine.md").write_text(engine_md)
+    (args.out / "train.md").write_text(train_md)
+    report = {"device": device_name, "torch": torch.__version__, "engine": rows, "training": train}
+    (args.out / "gpu.json").write_text(json.dumps(report, indent=1) + "\n")
+    print(engine_md + "\n" + train_md)
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -71,7 +71,7 @@ class BodyLimit:
             limit, setting = self.max_bytes, "NMT_MAX_BODY_BYTES"
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            return await error_response(413, _too_large(limit, setting))(scope, receive, send)
+            return await error_response(413, _too_large(limit, setting), path=scope["path"])(scope, receive, send)
         received = 0
         json_chunks: list[bytes] | None = [] if _is_json(scope) else None
 

@@ -26,10 +26,12 @@ class ApiError(Exception):
         self.status, self.message, self.headers = status, message, headers
 
 
-def error_response(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+def error_response(status: int, message: str, headers: dict | None = None, path: str = "") -> JSONResponse:
+    """The one error shape, {"error": ...}; DeepL's {"message": ...} under /v2/ (app/routers/deepl.py)."""
     # a message quoting the input may quote a lone surrogate, which UTF-8 cannot encode: escape it
     message = message.encode("utf-8", "backslashreplace").decode("utf-8")
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
+    field = "message" if path.startswith("/v2/") else "error"
+    return JSONResponse({field: message}, status_code=status, headers=headers)
 
 
 def _shorten(value, limit: int = 60) -> str:
@@ -89,22 +91,23 @@ def body_fields(request: Request) -> list[str] | None:
 def install(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError):
-        return error_response(exc.status, exc.message, exc.headers)
+        return error_response(exc.status, exc.message, exc.headers, request.url.path)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError):
-        return error_response(400, describe_validation(list(exc.errors()), body_fields(request)))
+        return error_response(400, describe_validation(list(exc.errors()), body_fields(request)),
+                              path=request.url.path)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException):
         message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         if exc.status_code == 404 and message == "Not Found":
             message = f"no route {request.method} {request.url.path}; see /docs"
-        return error_response(exc.status_code, message, getattr(exc, "headers", None))
+        return error_response(exc.status_code, message, getattr(exc, "headers", None), request.url.path)
 
     @app.exception_handler(TooDeep)
     async def too_deep(request: Request, exc: TooDeep):
-        return error_response(400, str(exc))
+        return error_response(400, str(exc), path=request.url.path)
 
     @app.exception_handler(StorageUnavailable)
     async def storage_unavailable(request: Request, exc: StorageUnavailable):

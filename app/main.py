@@ -10,7 +10,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from app import errors, ui
 from app.body_limit import BodyLimit
 from app.metrics import MetricsMiddleware
-from app.routers import alignments, files, health, libretranslate, models, translate
+from app.routers import alignments, deepl, files, health, libretranslate, models, translate
 from app.service import Service
 from app.settings import Settings
 
@@ -19,7 +19,8 @@ DESCRIPTION = """Neural machine translation with dynamic cross-request batching.
 * `/v1/*`: the native API (n-best, alignments, attention).
 * `/translate`, `/detect`, `/languages`, `/translate_file`, `/download_file`, `/frontend/settings`, `/suggest`,
   `/spec`: LibreTranslate-compatible.
-* Every error is `{"error": "<message>"}`.
+* `/v2/*`: DeepL-compatible (translate, languages, usage, glossaries), with `Authorization: DeepL-Auth-Key <key>`.
+* Every error is `{"error": "<message>"}`; under `/v2/`, DeepL's `{"message": "<message>"}`.
 * `/`: the attention viewer.
 """
 
@@ -61,7 +62,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, max_file_bytes=settings.max_file_bytes,
                        max_json_depth=settings.max_json_depth, max_json_values=settings.max_json_values)
     app.add_middleware(MetricsMiddleware, metrics=service.metrics)
-    for module in (translate, alignments, models, libretranslate, files, health):
+    for module in (translate, alignments, models, libretranslate, files, deepl, health):
         app.include_router(module.router)
     app.include_router(ui.router)  # the attention viewer: / and /static/* (app/ui.py)
     app.openapi = _openapi_without_422(app)

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html import escape, unescape
 from html.parser import HTMLParser
 
 from model import protect
 from model.sentences import interleave, split_sentences, translatable
+from model.terms import Terminology
 
 # Their content is code or preformatted: never translated (nor anything inside them).
 KEPT_ELEMENTS = {"script", "style", "code", "pre", "textarea"}
@@ -183,6 +184,7 @@ class Document:
     sentences: list[str]
     spans: list[str]
     html: bool
+    terms: dict[int, str] = field(default_factory=dict)  # sentinel k -> the terminology entry it stands for
 
     def join(self, translations: list[str]) -> str:
         """The document with each sentence replaced by its translation (masked like the sentence)."""
@@ -196,24 +198,27 @@ class Document:
 
 
 def split_document(document: str, html: bool, spans: bool, foreign: Callable[[str], bool] | None = None,
-                   max_depth: int = MAX_DEPTH) -> Document:
+                   max_depth: int = MAX_DEPTH, terms: Terminology | None = None) -> Document:
     """Sentences to translate and the rest; with `spans`, protected spans masked first (and, in
     HTML, inline tags too: a sentence runs across them); `foreign`: the characters the model's
-    vocabulary cannot spell, whose words are spans too (protect.find_spans)."""
+    vocabulary cannot spell, whose words are spans too (protect.find_spans); `terms`: glossary
+    and do-not-translate terms, spans too (model/terms.py)."""
     if not html:
-        masked = protect.mask(document, foreign=foreign) if spans else protect.Masked(document)
+        masked = protect.mask(document, foreign=foreign, terms=terms) if spans else protect.Masked(document)
         gaps, sentences = split_sentences(masked.text)
-        return Document([protect.unmask(g, masked.spans) for g in gaps], sentences, masked.spans, False)
+        return Document([protect.unmask(g, masked.spans) for g in gaps], sentences, masked.spans, False,
+                        masked.terms)
     if not spans:
         between, sentences = split_html_sentences(document, max_depth)
         return Document(between, sentences, [], True)
-    between, segments, all_spans = [""], [], []
+    between, segments, all_spans, all_terms = [""], [], [], {}
     for segment in _segments(document, max_depth):
         if isinstance(segment, str):
             between[-1] += segment
             continue
-        masked = _mask_segment(segment, len(all_spans), foreign)
+        masked = _mask_segment(segment, len(all_spans), foreign, terms)
         all_spans += masked.spans[len(all_spans):]
+        all_terms.update(masked.terms)
         core = masked.text.strip()
         lead, trail = masked.text[:len(masked.text) - len(masked.text.lstrip())], masked.text[len(masked.text.rstrip()):]
         gaps, sentences = split_sentences(core)
@@ -221,7 +226,7 @@ def split_document(document: str, html: bool, spans: bool, foreign: Callable[[st
         between[-1] += lead + protect.unmask(escape(gaps[0], quote=False), all_spans)
         between += [protect.unmask(escape(g, quote=False), all_spans) for g in gaps[1:]]
         between[-1] += trail
-    return Document(between, segments, all_spans, True)
+    return Document(between, segments, all_spans, True, all_terms)
 
 
 def _segments(document: str, max_depth: int = MAX_DEPTH) -> list[str | list[tuple[str, str | None]]]:
@@ -263,10 +268,10 @@ def _split_runs(runs: list[tuple[str, str | None]]) -> list[str | list[tuple[str
 
 
 def _mask_segment(segment: list[tuple[str, str | None]], first: int,
-                  foreign: Callable[[str], bool] | None = None) -> protect.Masked:
+                  foreign: Callable[[str], bool] | None = None, terms: Terminology | None = None) -> protect.Masked:
     """A segment's text with sentinels first, first + 1, ... for its spans: an inline tag is a span
     kept as written; a placeholder, URL, ... in the text is one kept escaped, as it was."""
-    pieces, spans = [], [""] * first
+    pieces, spans, entries = [], [""] * first, {}
     for raw, text in segment:
         if text is None or len(spans) >= protect.MAX_SPANS:
             if len(spans) < protect.MAX_SPANS:
@@ -275,7 +280,8 @@ def _mask_segment(segment: list[tuple[str, str | None]], first: int,
             else:  # no sentinel left: the tag goes in as text (the model may garble it)
                 pieces.append(unescape(raw))
             continue
-        masked = protect.mask(text, first=len(spans), foreign=foreign)
+        masked = protect.mask(text, first=len(spans), foreign=foreign, terms=terms)
         pieces.append(masked.text)
         spans += [escape(span, quote=False) for span in masked.spans[len(spans):]]
-    return protect.Masked("".join(pieces), spans)
+        entries.update(masked.terms)
+    return protect.Masked("".join(pieces), spans, entries)

@@ -43,6 +43,15 @@ class TranslateRequest(BaseModel):
                              "for GET /v1/alignments/{id}.", examples=[False])
     include_attention: bool = Field(False, description="Return the best hypothesis's attention and tokens inline.",
                                     examples=[False])
+    glossary: dict[str, str] | str | None = Field(
+        None, description="Terms the translation must use: source term -> target term (in a form: that object "
+        "as JSON). Matched as whole words, ignoring case; the target term is written as given.",
+        examples=[{"file": "Akte"}])
+    glossary_id: str | None = Field(None, description="A stored glossary (POST /v2/glossaries) of this key and "
+                                    "language pair; its entries join `glossary`'s.", examples=[None])
+    do_not_translate: list[str] | str | None = Field(
+        None, description="Terms kept exactly as written, such as product names (in a form: a JSON list or one "
+        "term).", examples=[["Nextcloud"]])
     api_key: str | None = Field(None, description="Needed when the server has API keys (the X-API-Key header "
                                 "works too).", examples=[None])
 
@@ -51,6 +60,16 @@ class TranslateRequest(BaseModel):
         if self.n_best > self.beam_size:
             raise ValueError(f"n_best ({self.n_best}) must be at most beam_size ({self.beam_size})")
         return self
+
+
+class TermsReport(BaseModel):
+    applied: list[str] = Field(description="Entries (glossary source terms, do-not-translate terms) found in the "
+                               "text whose term the translation holds.", examples=[["file"]])
+    not_applied: list[str] = Field(description="Entries found in the text that this model cannot apply (its "
+                                   "vocabulary has no sentinels, or the text has more than 32 protected spans).",
+                                   examples=[[]])
+    not_found: list[str] = Field(description="Entries not in the text (whole words, ignoring case).",
+                                 examples=[["Nextcloud"]])
 
 
 class SpanRepair(BaseModel):
@@ -94,6 +113,8 @@ class TranslationOut(BaseModel):
                                             examples=[["▁Hallo", "▁Welt", ".", "</s>"]])
     attention: Attention | None = Field(None, description=ATTENTION_DOC + " Present with include_attention.",
                                         examples=[[[[[0.9, 0.1], [0.2, 0.8]]]]])
+    terms: TermsReport | None = Field(None, description="With glossary, glossary_id or do_not_translate: what "
+                                      "became of each entry.")
 
 
 class Timing(BaseModel):
@@ -209,6 +230,15 @@ class LTTranslateRequest(BaseModel):
     alternatives: int = Field(0, ge=0, le=MAX_BEAM - 1, description="Alternative translations to return "
                               "besides the best; alternative k of a text takes the k-th alternative of each "
                               "of its sentences.", examples=[0])
+    glossary: dict[str, str] | str | None = Field(
+        None, description="Terms the translation must use: source term -> target term (in a form: that object "
+        "as JSON). Matched as whole words, ignoring case; the target term is written as given.",
+        examples=[{"file": "Akte"}])
+    glossary_id: str | None = Field(None, description="A stored glossary (POST /v2/glossaries) of this key and "
+                                    "language pair; its entries join `glossary`'s.", examples=[None])
+    do_not_translate: list[str] | str | None = Field(
+        None, description="Terms kept exactly as written, such as product names (in a form: a JSON list or one "
+        "term).", examples=[["Nextcloud"]])
     api_key: str | None = Field(None, description="API key, when the server requires one.", examples=[None])
 
 
@@ -283,6 +313,9 @@ class LTTranslateResponse(BaseModel):
         None, description="With source 'auto': the language each text was translated from (a list when q was "
         "a list).",
         examples=[{"confidence": 97.3, "language": "en"}])
+    terms: TermsReport | list[TermsReport] | None = Field(
+        None, description="With glossary, glossary_id or do_not_translate: what became of each entry (a list "
+        "when q was a list).")
 
 
 # --- health -----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from app.language import CLEAR, LanguageDetector
 from app.language import language_name as detector_language_name
 from model import protect
 from model.config import CheckpointError, ModelConfig, read_header
+from model.terms import Terminology
 from model.tokenizer import Tokenizer
 
 LANGUAGE_NAMES = {
@@ -50,10 +51,12 @@ class ServedModel:
         """Whether its vocabulary has sentinels for placeholders, tags, URLs (model/protect.py)."""
         return self.tokenizer.has_sentinels
 
-    def mask(self, text: str) -> protect.Masked:
-        """The text as the model reads it: its protected spans as sentinels (when it has them). The
-        service cleaned it already (Service.accept_texts); the worker's Translator does the same."""
-        return protect.mask(text, foreign=self.tokenizer.cannot_spell) if self.protects_spans else protect.Masked(text)
+    def mask(self, text: str, terms: Terminology | None = None) -> protect.Masked:
+        """The text as the model reads it: its protected spans (and `terms`' glossary and
+        do-not-translate terms) as sentinels, when it has them. The service cleaned it already
+        (Service.accept_texts); the worker's Translator does the same."""
+        return protect.mask(text, foreign=self.tokenizer.cannot_spell, terms=terms) if self.protects_spans \
+            else protect.Masked(text)
 
     def encode(self, masked_text: str) -> list[int]:
         """Source ids of a masked text, EOS included: exactly what the worker's Translator decodes."""

@@ -27,6 +27,7 @@ from app.cache import TranslationCache
 from app.documents.isolated import DocumentReader
 from app.documents.limits import Limits
 from app.errors import ApiError
+from app.glossaries import inline_terminology, open_glossaries, owner_of
 from app.keys import ApiKey, open_keys
 from app.language import LanguageDetector
 from app.limits import RateLimiter
@@ -40,6 +41,7 @@ from app.worker import WorkerError, WorkerPool
 from model import protect
 from model.clean import clean_text, lone_surrogate
 from model.results import TranslationResult
+from model.terms import TermError, Terminology
 
 log = logging.getLogger("uvicorn.error")  # uvicorn configures this one; it is its server log
 
@@ -90,6 +92,7 @@ class Service:
         self.documents = DocumentReader(document_limits(settings), settings.document_parsers)
         self.cache: TranslationCache | None = None  # made in start(), with the models' fingerprints
         self.keys = open_keys(settings.keys_db, settings.redis_url)
+        self.glossaries = open_glossaries(settings.keys_db, settings.redis_url)
         self.suggestions = SuggestionStore(settings.suggestions_db)
         self.registry: Registry | None = None
         self.pool: WorkerPool | None = None
@@ -254,6 +257,35 @@ class Service:
             cleaned.append(readable)
         return cleaned
 
+    async def terminology(self, glossary, glossary_id: str | None, do_not_translate, key: str | None,
+                          model: ServedModel) -> Terminology | None:
+        """A request's terminology: its own glossary and do-not-translate terms, and the entries of
+        the stored glossary `glossary_id` of its key (app/glossaries.py), which must be of the
+        model's language pair. A 400 says what is wrong with them; an unknown id is a 404."""
+        try:
+            terms = inline_terminology(glossary, do_not_translate)
+        except TermError as e:
+            raise ApiError(400, str(e)) from None
+        if glossary_id:
+            stored = await asyncio.to_thread(self.glossaries.get, glossary_id, owner_of(key))
+            if stored is None:
+                raise ApiError(404, f"no glossary {glossary_id!r} for this API key (POST /v2/glossaries makes one)")
+            if (stored.source_lang, stored.target_lang) != (model.source, model.target):
+                raise ApiError(400, f"glossary {glossary_id!r} is {stored.source_lang}->{stored.target_lang}; this "
+                               f"request translates {model.source}->{model.target}")
+            terms = Terminology(stored.entries).merged(terms)
+        return terms
+
+    async def count_usage(self, owner: str, characters: int) -> int:
+        """Characters translated this calendar month (UTC) for a glossary owner (app/glossaries.py:
+        an API key's digest), with `characters` added: DeepL's /v2/usage."""
+        month = time.strftime("%Y-%m", time.gmtime())
+        try:
+            return await self.storage.add(f"usage:{owner or 'anonymous'}:{month}", characters, 40 * 86400)
+        except StorageUnavailable as e:
+            log.warning("usage not counted: %s", e)
+            return 0
+
     def encode_text(self, model: ServedModel, text: str, name: str) -> list[int]:
         """Token ids of one masked text, or a 400 naming it (`name`) and the model's limit (never truncated)."""
         ids = model.encode(text)
@@ -262,12 +294,12 @@ class Service:
                            f"accepts at most {model.max_source_tokens}: split the text")
         return ids
 
-    def encode(self, model: ServedModel, texts: list[str], field: str,
-               char_limit: int | None = None) -> tuple[list[protect.Masked], list[list[int]]]:
-        """Each text masked (its protected spans as sentinels) and its token ids, each translated as
-        one sequence; a 400 when accept_texts or the model's token limit refuses one."""
+    def encode(self, model: ServedModel, texts: list[str], field: str, char_limit: int | None = None,
+               terms: Terminology | None = None) -> tuple[list[protect.Masked], list[list[int]]]:
+        """Each text masked (its protected spans, and `terms`, as sentinels) and its token ids, each
+        translated as one sequence; a 400 when accept_texts or the model's token limit refuses one."""
         texts = self.accept_texts(texts, field, char_limit=char_limit)
-        masked = [model.mask(text) for text in texts]
+        masked = [model.mask(text, terms) for text in texts]
         return masked, [self.encode_text(model, m.text, item_name(field, i, len(texts))) for i, m in enumerate(masked)]
 
     async def translate(self, request: Request, key: BatchKey, sources: list[list[int]],

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from model.terms import Match, Terminology
+
 SENTINEL_BASE = 0xE000  # Unicode private use area: never in ordinary text
 MAX_SPANS = 32  # sentinels in the vocabulary; spans past the 32nd of a text stay plain text
 
@@ -145,22 +147,40 @@ def spans(text: str, foreign: Callable[[str], bool] | None = None) -> list[str]:
 @dataclass
 class Masked:
     text: str  # the text with sentinel k in place of span k
-    spans: list[str] = field(default_factory=list)  # span k as written
+    spans: list[str] = field(default_factory=list)  # span k as written (a glossary term: its target term)
+    terms: dict[int, str] = field(default_factory=dict)  # sentinel k -> the terminology entry it stands for
+
+    def terms_used(self, translation: str) -> set[str]:
+        """The entries whose sentinel a (masked) translation holds."""
+        return {entry for k, entry in self.terms.items() if sentinel(k) in translation}
 
 
 def mask(text: str, order: list[int] | None = None, first: int = 0,
-         foreign: Callable[[str], bool] | None = None) -> Masked:
+         foreign: Callable[[str], bool] | None = None, terms: Terminology | None = None) -> Masked:
     """Replace the spans with sentinels first, first + 1, ... (or `order`'s numbers); spans past
-    sentinel MAX_SPANS - 1 stay as they are. `foreign`: as in find_spans."""
-    found = find_spans(text, foreign)[:max(0, MAX_SPANS - first)]
+    sentinel MAX_SPANS - 1 stay as they are. `foreign`: as in find_spans. `terms`: glossary and
+    do-not-translate terms outside the other spans are spans too (model/terms.py)."""
+    found = [Match(a, b, text[a:b], "") for a, b in find_spans(text, foreign)]
+    if terms:
+        found = _with_terms(found, terms.find(text))
+    found = found[:max(0, MAX_SPANS - first)]
     numbers = order if order is not None else list(range(first, first + len(found)))
     pieces, spans_by_number, pos = [], [""] * (max(numbers, default=-1) + 1), 0
-    for (a, b), k in zip(found, numbers):
-        pieces += [text[pos:a], sentinel(k)]
-        spans_by_number[k] = text[a:b]
-        pos = b
+    entries = {}
+    for m, k in zip(found, numbers):
+        pieces += [text[pos:m.start], sentinel(k)]
+        spans_by_number[k] = m.output
+        if m.entry:
+            entries[k] = m.entry
+        pos = m.end
     pieces.append(text[pos:])
-    return Masked("".join(pieces), spans_by_number)
+    return Masked("".join(pieces), spans_by_number, entries)
+
+
+def _with_terms(spans: list[Match], terms: list[Match]) -> list[Match]:
+    """The spans, and the term matches that overlap none of them, in text order."""
+    free = [t for t in terms if not any(s.start < t.end and t.start < s.end for s in spans)]
+    return sorted(spans + free, key=lambda m: m.start)
 
 
 def unmask(text: str, spans: list[str]) -> str:

@@ -37,6 +37,8 @@ class TranslationResult:
     source_tokens: list[str]  # the attention's columns, EOS included (a span's sentinel shows its text)
     hypotheses: list[Translation] = field(default_factory=list)  # best first
     spans: list[str] = field(default_factory=list)  # the protected spans of the source, in order
+    # with terminology (model/terms.py): the entries applied, not applied, not found in the source
+    terms: dict[str, list[str]] | None = None
 
 
 def restore(result: TranslationResult, spans: list[str]) -> TranslationResult:

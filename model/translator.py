@@ -23,6 +23,7 @@ from model.cpu.fused import FusedInt8Decoder, can_fuse, fuse
 from model.cpu.weights import Int8Linear, can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
 from model.results import Translation, TranslationResult, restore
 from model.search import IncrementalDecoder, SelectFn, beam_search, select
+from model.terms import Terminology, report
 from model.tokenizer import Tokenizer
 from model.transformer import Transformer, attention
 
@@ -114,15 +115,16 @@ class Translator:
         """Source ids of a text, its protected spans masked when the vocabulary has sentinels."""
         return self.tokenizer.encode_source(self.mask(text).text)
 
-    def mask(self, text: str) -> protect.Masked:
+    def mask(self, text: str, terms: Terminology | None = None) -> protect.Masked:
         """The text as the model reads it: control characters removed (model/clean.py) and, with
-        sentinels in the vocabulary, protected spans masked. ValueError for a lone surrogate."""
+        sentinels in the vocabulary, protected spans masked (and `terms`' glossary and
+        do-not-translate terms: model/terms.py). ValueError for a lone surrogate."""
         at = lone_surrogate(text)
         if at is not None:
             raise ValueError(f"a lone surrogate (U+{ord(text[at]):04X}) at character {at} is not valid Unicode")
         text = clean_text(text)
         tok = self.tokenizer
-        return protect.mask(text, foreign=tok.cannot_spell) if tok.has_sentinels else protect.Masked(text)
+        return protect.mask(text, foreign=tok.cannot_spell, terms=terms) if tok.has_sentinels else protect.Masked(text)
 
     def length_cap(self, source_len: int, max_decoding_length: int | None) -> int:
         """New target tokens allowed (EOS included): max_decoding_length when given (within the
@@ -134,7 +136,7 @@ class Translator:
     def translate(self, sources: list[str] | list[list[int]], beam_size: int = 4, n_best: int = 1,
                   length_penalty: float = 1.0, max_decoding_length: int | None = None,
                   return_attention: bool = False, batch_tokens: int = 4096, min_length: int = 0,
-                  parallel: int = 1) -> list[TranslationResult]:
+                  parallel: int = 1, terms: Terminology | None = None) -> list[TranslationResult]:
         """Translate strings (or EOS-terminated source id lists). max_decoding_length: the most new
         target tokens (EOS included), in place of the default a * source length + b; EOS is not
         allowed before min_length new tokens.
@@ -144,13 +146,15 @@ class Translator:
         decodes that many batches at once, each on its own thread (torch releases the GIL inside
         its ops; the largest batches are halved until there are enough): with
         torch.set_num_threads(1), one core per batch, which on a small model gains more than
-        intra-op threads, whose work per op is too small to split.
+        intra-op threads, whose work per op is too small to split. `terms`: glossary entries the
+        translations must use and terms they keep as written (model/terms.py); each result's
+        `terms` says which were applied.
         """
         if not 1 <= beam_size <= MAX_BEAM:
             raise ValueError(f"beam_size must be between 1 and {MAX_BEAM}, got {beam_size}")
         if not 1 <= n_best <= beam_size:
             raise ValueError(f"n_best must be between 1 and beam_size={beam_size}, got {n_best}")
-        masked = [self.mask(s) if isinstance(s, str) else None for s in sources]
+        masked = [self.mask(s, terms) if isinstance(s, str) else None for s in sources]
         ids = [self.tokenizer.encode_source(m.text) if m else list(s) for m, s in zip(masked, sources)]
         for i, x in enumerate(ids):
             if not 1 <= len(x) <= self.max_source_tokens:
@@ -196,6 +200,9 @@ class Translator:
         for batch, hyps in zip(batches, outputs):
             for i, h in zip(batch, hyps):
                 results[i] = self.to_result(ids[i], h, return_attention, masked[i], shouting[i], marks[i])
+                if terms and masked[i] is not None:  # the repair puts every masked term in (protect.repair)
+                    found = {m.entry for m in terms.find(clean_text(sources[i]))}
+                    results[i].terms = report(terms, found, set(masked[i].terms.values()))
         return results  # type: ignore[return-value]
 
     @staticmethod

@@ -33,7 +33,12 @@ FILE_FORM = {"requestBody": {"required": True, "content": {"multipart/form-data"
                                                                                   "format (see /frontend/settings)."},
                    "source": {"type": "string", "description": "Source language code, or 'auto'.", "example": "en"},
                    "target": {"type": "string", "description": "Target language code.", "example": "de"},
-                   "api_key": {"type": "string", "description": "API key, when the server requires one."}}}}}}}
+                   "api_key": {"type": "string", "description": "API key, when the server requires one."},
+                   "glossary": {"type": "string", "description": "JSON object: source term -> the target term the "
+                                "translation must use.", "example": '{"file": "Akte"}'},
+                   "glossary_id": {"type": "string", "description": "A stored glossary (POST /v2/glossaries)."},
+                   "do_not_translate": {"type": "string", "description": "JSON list of terms kept as written.",
+                                        "example": '["Nextcloud"]'}}}}}}}
 
 
 def _text_field(fields: dict, name: str) -> str:
@@ -41,6 +46,13 @@ def _text_field(fields: dict, name: str) -> str:
     if not isinstance(value, str) or not value:
         raise ApiError(400, f"Invalid request: missing {name} parameter")
     return value
+
+
+def _optional_text(fields: dict, name: str) -> str | None:
+    value = fields.get(name)
+    if value is not None and not isinstance(value, str):
+        raise ApiError(400, f"Invalid request: {name} must be a string")
+    return value or None
 
 
 @router.post("/translate_file", response_model=LTTranslateFileResponse,
@@ -73,8 +85,11 @@ async def translate_file(request: Request, service: ServiceDep):
         sample = " ".join(markup.split_document(t, is_html, spans=False, max_depth=s.max_html_depth).text
                           for t, is_html in zip(texts[:20], html)) if source == "auto" else ""
         model, _ = service.resolve(source, target, sample)
+        terms = await service.terminology(fields.get("glossary"), _optional_text(fields, "glossary_id"),
+                                          fields.get("do_not_translate"), key or request.headers.get("x-api-key"),
+                                          model)
         parts = [markup.split_document(t, is_html, spans=model.protects_spans, foreign=model.tokenizer.cannot_spell,
-                                       max_depth=s.max_html_depth)
+                                       max_depth=s.max_html_depth, terms=terms)
                  for t, is_html in zip(texts, html)]
     except markup.TooDeep as e:
         raise ApiError(400, f"{upload.filename}: {e}") from None

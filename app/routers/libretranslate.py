@@ -36,11 +36,13 @@ from app.protocol import (
     LTSuggestResponse,
     LTTranslateRequest,
     LTTranslateResponse,
+    TermsReport,
 )
 from app.registry import ServedModel, language_name
 from app.routers import ServiceDep, errors
 from app.scheduler import BatchKey
 from app.service import Service, item_name
+from model.terms import report
 
 router = APIRouter(tags=["libretranslate"])
 
@@ -79,8 +81,11 @@ async def translate(request: Request, service: ServiceDep):
     readable = [markup.split_document(text, html, spans=False, max_depth=depth).text for text in texts] \
         if body.source == "auto" else texts
     resolved = await service.resolve_each(body.source, body.target, readable, "q")
+    key = body.api_key or request.headers.get("x-api-key")
+    terms = {model.id: await service.terminology(body.glossary, body.glossary_id, body.do_not_translate, key, model)
+             for model in {m.id: m for m, _ in resolved}.values()}
     documents = [markup.split_document(text, html, spans=model.protects_spans, foreign=model.tokenizer.cannot_spell,
-                                       max_depth=depth)
+                                       max_depth=depth, terms=terms[model.id])
                  for text, (model, _) in zip(texts, resolved)]
     sentences = sum(len(document.sentences) for document in documents)
     if sentences > service.settings.max_segments:
@@ -101,10 +106,16 @@ async def translate(request: Request, service: ServiceDep):
     alternatives = [v[1:] for v in versions] if body.alternatives else None
     detected = None if body.source != "auto" else [
         DetectedLanguage(confidence=round(confidence, 1), language=model.source) for model, confidence in resolved]
+    reports = None
+    if any(terms.values()):  # every masked term is in the output (protect.repair); the others could not be masked
+        reports = [TermsReport(**report(terms[model.id], {t.entry for t in terms[model.id].find(text)},
+                                        set(document.terms.values())))
+                   for text, document, (model, _) in zip(texts, documents, resolved)]
     if isinstance(body.q, str):
         return LTTranslateResponse(translatedText=translated[0], alternatives=alternatives and alternatives[0],
-                                   detectedLanguage=detected and detected[0])
-    return LTTranslateResponse(translatedText=translated, alternatives=alternatives, detectedLanguage=detected)
+                                   detectedLanguage=detected and detected[0], terms=reports and reports[0])
+    return LTTranslateResponse(translatedText=translated, alternatives=alternatives, detectedLanguage=detected,
+                               terms=reports)
 
 
 async def translate_sentences(request: Request, service: Service, model: ServedModel,

@@ -9,12 +9,21 @@ from fastapi import APIRouter, Header, Request
 
 from app.alignments import Alignment, rounded
 from app.errors import ApiError
-from app.protocol import Alternative, SpanRepair, Timing, TranslateRequest, TranslateResponse, TranslationOut
+from app.protocol import (
+    Alternative,
+    SpanRepair,
+    TermsReport,
+    Timing,
+    TranslateRequest,
+    TranslateResponse,
+    TranslationOut,
+)
 from app.registry import language_name
 from app.routers import ServiceDep, errors
 from app.scheduler import BatchKey
 from app.service import Service
 from model.results import Translation, TranslationResult, restore
+from model.terms import report
 
 router = APIRouter(tags=["translate"])
 
@@ -68,12 +77,17 @@ async def translate(body: TranslateRequest, request: Request, service: ServiceDe
         raise ApiError(400, f"source 'auto': text[0] looks {language_name(model.source)} and text[{other}] "
                        f"{language_name(resolved[other][0].source)}; send one language per request (or use /translate, "
                        "which translates each text from its own language)")
-    masked, sources = service.encode(model, texts, "text", char_limit)
+    terms = await service.terminology(body.glossary, body.glossary_id, body.do_not_translate,
+                                      body.api_key or x_api_key, model)
+    masked, sources = service.encode(model, texts, "text", char_limit, terms)
     key = BatchKey(model.id, body.beam_size, body.n_best, body.length_penalty, body.max_length,
                    attention=body.alignments or body.include_attention)
     outcome = await service.translate(request, key, sources)
     results = [restore(r, m.spans) for r, m in zip(outcome.results, masked)]
     translations = [await translation_out(service, model.id, r, body) for r in results]
+    if terms:  # every masked term is in the output (protect.repair); the others could not be masked
+        for out, text, m in zip(translations, service.accept_texts(texts, "text", char_limit=char_limit), masked):
+            out.terms = TermsReport(**report(terms, {t.entry for t in terms.find(text)}, set(m.terms.values())))
     timing = Timing(queue_ms=round(outcome.queue_s * 1000, 2), compute_ms=round(outcome.compute_s * 1000, 2),
                     total_ms=round((time.perf_counter() - start) * 1000, 2))
     return TranslateResponse(model=model.id, translations=translations, timing=timing)

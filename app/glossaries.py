@@ -1,0 +1,214 @@
+"""Glossaries: stored ones in DeepL's shape (POST/GET/DELETE /v2/glossaries) and the terminology
+of one request (`glossary`, `glossary_id`, `do_not_translate` in /translate, /translate_file and
+/v1/translate), both turned into a `model.terms.Terminology`.
+
+A stored glossary belongs to the API key that created it (its SHA-256; "" for clients without a
+key) and is seen by no other key. It lives where the API keys live: the SQLite file NMT_KEYS_DB,
+or with NMT_REDIS_URL the Redis hash `nmt:glossaries`, so every replica sees it.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import sqlite3
+import threading
+import uuid
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from model.terms import TermError, Terminology, check_term
+
+MAX_ENTRIES = 5000  # entries of one glossary (stored or in a request)
+
+SCHEMA = """CREATE TABLE IF NOT EXISTS glossaries (
+    glossary_id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    record TEXT NOT NULL,
+    created REAL NOT NULL
+)"""
+
+
+@dataclass
+class Glossary:
+    glossary_id: str
+    name: str
+    source_lang: str  # lower-case codes, as our models name languages
+    target_lang: str
+    entries: dict[str, str]
+    creation_time: str  # ISO 8601, UTC
+    owner: str
+
+    def info(self) -> dict:
+        """DeepL's GlossaryInfo."""
+        return {"glossary_id": self.glossary_id, "name": self.name, "ready": True,
+                "source_lang": self.source_lang, "target_lang": self.target_lang,
+                "creation_time": self.creation_time, "entry_count": len(self.entries)}
+
+    def tsv(self) -> str:
+        return "".join(f"{s}\t{t}\n" for s, t in self.entries.items())
+
+
+def owner_of(key: str | None) -> str:
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest() if key else ""
+
+
+def new_glossary(name: str, source_lang: str, target_lang: str, entries: dict[str, str], owner: str) -> Glossary:
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return Glossary(str(uuid.uuid4()), name, source_lang, target_lang, entries, now, owner)
+
+
+def parse_entries(text: str, entries_format: str = "tsv") -> dict[str, str]:
+    """DeepL's entry formats: `tsv` (source TAB target per line) or `csv` (source,target[,...]).
+    TermError for an empty, duplicate or malformed entry, or too many."""
+    if entries_format not in ("tsv", "csv"):
+        raise TermError(f"entries_format {entries_format!r}: 'tsv' or 'csv'")
+    if entries_format == "tsv":
+        rows = [line.split("\t") for line in text.splitlines() if line.strip()]
+        bad = next((r for r in rows if len(r) != 2), None)
+        if bad is not None:
+            raise TermError(f"entry {bad[0][:40]!r}: a line holds a source term, a tab and a target term")
+    else:
+        rows = [r[:2] for r in csv.reader(io.StringIO(text)) if any(c.strip() for c in r)]
+        bad = next((r for r in rows if len(r) < 2), None)
+        if bad is not None:
+            raise TermError(f"entry {bad[0][:40]!r}: a row holds a source term and a target term")
+    return entries_dict(rows)
+
+
+def entries_dict(pairs) -> dict[str, str]:
+    """Entries checked one by one (model.terms.check_term), no source term twice, at most MAX_ENTRIES."""
+    out: dict[str, str] = {}
+    for source, target in pairs:
+        check_term(source, "source term")
+        check_term(target, f"target term of {source!r}")
+        if source in out:
+            raise TermError(f"source term {source!r} appears twice")
+        out[source] = target
+    if not out:
+        raise TermError("the glossary has no entries")
+    if len(out) > MAX_ENTRIES:
+        raise TermError(f"{len(out):,} entries; at most {MAX_ENTRIES:,} per glossary")
+    return out
+
+
+def inline_terminology(glossary, do_not_translate) -> Terminology | None:
+    """A request's own `glossary` (an object, or in a form its JSON) and `do_not_translate` (a
+    list, or in a form its JSON or a single term). TermError says what is wrong."""
+    if isinstance(glossary, str):
+        try:
+            glossary = json.loads(glossary)
+        except ValueError:
+            raise TermError("glossary: a JSON object of source term -> target term") from None
+    if isinstance(do_not_translate, str):
+        try:
+            do_not_translate = json.loads(do_not_translate) if do_not_translate.lstrip().startswith("[") \
+                else [do_not_translate]
+        except ValueError:
+            raise TermError("do_not_translate: a JSON list of terms") from None
+    if glossary is not None and not (isinstance(glossary, dict) and all(isinstance(v, str) for v in glossary.values())):
+        raise TermError("glossary: an object of source term -> target term (strings)")
+    if do_not_translate is not None and not (isinstance(do_not_translate, list)
+                                             and all(isinstance(t, str) for t in do_not_translate)):
+        raise TermError("do_not_translate: a list of terms (strings)")
+    if not glossary and not do_not_translate:
+        return None
+    entries = entries_dict(glossary.items()) if glossary else {}
+    keep = list(dict.fromkeys(do_not_translate or []))
+    if len(keep) > MAX_ENTRIES:
+        raise TermError(f"do_not_translate: {len(keep):,} terms; at most {MAX_ENTRIES:,}")
+    return Terminology(entries, keep)
+
+
+# --- the stores ----------------------------------------------------------------------------------
+
+def _record(g: Glossary) -> str:
+    return json.dumps(asdict(g), ensure_ascii=False)
+
+
+class GlossaryStore:
+    """Glossaries in the SQLite file of the API keys."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._db is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
+            self._db.execute(SCHEMA)
+            self._db.commit()
+        return self._db
+
+    def put(self, glossary: Glossary) -> None:
+        with self._lock:
+            db = self._connect()
+            db.execute("INSERT INTO glossaries VALUES (?, ?, ?, julianday('now'))",
+                       (glossary.glossary_id, glossary.owner, _record(glossary)))
+            db.commit()
+
+    def get(self, glossary_id: str, owner: str) -> Glossary | None:
+        with self._lock:
+            row = self._connect().execute("SELECT record FROM glossaries WHERE glossary_id = ? AND owner = ?",
+                                          (glossary_id, owner)).fetchone()
+        return Glossary(**json.loads(row[0])) if row else None
+
+    def list(self, owner: str) -> list[Glossary]:
+        with self._lock:
+            rows = self._connect().execute("SELECT record FROM glossaries WHERE owner = ? ORDER BY created",
+                                           (owner,)).fetchall()
+        return [Glossary(**json.loads(r[0])) for r in rows]
+
+    def delete(self, glossary_id: str, owner: str) -> bool:
+        with self._lock:
+            db = self._connect()
+            removed = db.execute("DELETE FROM glossaries WHERE glossary_id = ? AND owner = ?",
+                                 (glossary_id, owner)).rowcount
+            db.commit()
+        return removed > 0
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+
+class RedisGlossaryStore:
+    """The same glossaries in the Redis hash `nmt:glossaries` (field: the id), no TTL."""
+
+    HASH = "nmt:glossaries"
+
+    def __init__(self, url: str):
+        from app.keys import RedisKeyStore
+
+        self.keys = RedisKeyStore(url)  # its client and its error handling
+
+    def put(self, glossary: Glossary) -> None:
+        self.keys._call(self.keys.client.hset, self.HASH, glossary.glossary_id, _record(glossary))
+
+    def get(self, glossary_id: str, owner: str) -> Glossary | None:
+        found = self.keys._call(self.keys.client.hget, self.HASH, glossary_id)
+        glossary = Glossary(**json.loads(found)) if found else None
+        return glossary if glossary and glossary.owner == owner else None
+
+    def list(self, owner: str) -> list[Glossary]:
+        everything = [Glossary(**json.loads(v)) for v in self.keys._call(self.keys.client.hvals, self.HASH)]
+        return sorted((g for g in everything if g.owner == owner), key=lambda g: g.creation_time)
+
+    def delete(self, glossary_id: str, owner: str) -> bool:
+        if self.get(glossary_id, owner) is None:
+            return False
+        return self.keys._call(self.keys.client.hdel, self.HASH, glossary_id) > 0
+
+    def close(self) -> None:
+        self.keys.close()
+
+
+def open_glossaries(keys_db: str, redis_url: str = "") -> GlossaryStore | RedisGlossaryStore:
+    return RedisGlossaryStore(redis_url) if redis_url else GlossaryStore(keys_db)

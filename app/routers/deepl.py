@@ -1,0 +1,201 @@
+"""DeepL's API (v2), so DeepL clients and the tools built on them (the `deepl` Python library,
+Weblate's DeepL machine translation, ...) work against this server unchanged:
+
+    POST /v2/translate                   text (a list), target_lang, source_lang, glossary_id, tag_handling
+    GET  /v2/languages                   ?type=source|target
+    GET  /v2/usage                       characters translated this month by this key
+    POST /v2/glossaries                  name, source_lang, target_lang, entries, entries_format (tsv|csv)
+    GET  /v2/glossaries                  this key's glossaries
+    GET  /v2/glossaries/{id}             one of them
+    GET  /v2/glossaries/{id}/entries     its entries as TSV
+    DELETE /v2/glossaries/{id}
+    GET  /v2/glossary-language-pairs
+
+`Authorization: DeepL-Auth-Key <key>` is one of our API keys (NMT_API_KEYS, `nmt keys`) with its
+limits; on a server without keys any key is accepted and the clients share one set of
+glossaries. Errors are DeepL's shape, {"message": ...} (app/errors.py). Language codes are DeepL's
+(upper case; EN-GB and EN-US as targets are English). Texts are translated as /translate
+translates them (sentences, protected spans; tag_handling html or xml: as HTML).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from app import markup
+from app.errors import ApiError
+from app.forms import read_fields
+from app.glossaries import MAX_ENTRIES, new_glossary, owner_of, parse_entries
+from app.registry import language_name
+from app.routers import ServiceDep
+from app.routers.libretranslate import rebuild, translate_sentences
+from app.service import Service
+from model.terms import TermError
+
+router = APIRouter(prefix="/v2", tags=["deepl"])
+
+UNLIMITED = 10**12  # DeepL Pro's "no limit"
+REGIONAL_TARGETS = {"en": ["EN-GB", "EN-US"], "pt": ["PT-BR", "PT-PT"], "zh": ["ZH-HANS", "ZH-HANT"]}
+
+
+def auth_key(request: Request, fields: dict | None = None) -> str | None:
+    header = request.headers.get("authorization", "")
+    if header.startswith("DeepL-Auth-Key "):
+        return header[len("DeepL-Auth-Key "):].strip() or None
+    value = (fields or {}).get("auth_key")
+    return value if isinstance(value, str) and value else None
+
+
+async def admit(request: Request, service: Service, key: str | None, cost: int = 1) -> str | None:
+    """Count the call against the key's limits; returns the key that stands for the client (None
+    on a server without keys, where every DeepL client's own key is accepted)."""
+    s = service.settings
+    keys_in_force = bool(s.api_keys) or s.require_api_key or await asyncio.to_thread(bool, service.keys)
+    if keys_in_force and not key:
+        raise ApiError(403, "an API key is required: Authorization: DeepL-Auth-Key <key>")
+    key = key if keys_in_force else None
+    await service.admit(request, key, cost)
+    return key
+
+
+def our_code(code, field: str) -> str:
+    """DeepL's 'EN-GB' -> our 'en'."""
+    if not isinstance(code, str) or not code:
+        raise ApiError(400, f"Value for '{field}' not supported.")
+    return code.split("-")[0].lower()
+
+
+def deepl_code(code: str) -> str:
+    return code.upper()
+
+
+@router.post("/translate", summary="Translate (DeepL-compatible)")
+async def translate(request: Request, service: ServiceDep):
+    fields, _ = await read_fields(request, max_fields=service.settings.max_form_fields)
+    texts = fields.get("text")
+    texts = [texts] if isinstance(texts, str) else texts
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+        raise ApiError(400, "Parameter 'text' not specified: give one or more texts.")
+    key = await admit(request, service, auth_key(request, fields), cost=len(texts))
+    target = our_code(fields.get("target_lang"), "target_lang")
+    source = our_code(fields["source_lang"], "source_lang") if fields.get("source_lang") else "auto"
+    tag_handling = fields.get("tag_handling")
+    if tag_handling not in (None, "", "html", "xml"):
+        raise ApiError(400, f"Value for 'tag_handling' not supported: {tag_handling!r}; 'html' or 'xml'.")
+    html = bool(tag_handling)
+    texts = service.accept_texts(texts, "text", allow_blank=html)
+    depth = service.settings.max_html_depth
+    readable = [markup.split_document(t, html, spans=False, max_depth=depth).text for t in texts] \
+        if source == "auto" else texts
+    resolved = await service.resolve_each(source, target, readable, "text")
+    if fields.get("glossary_id") and source == "auto":
+        raise ApiError(400, "Use of a glossary requires the 'source_lang' parameter to be specified.")
+    terms = {m.id: await service.terminology(None, fields.get("glossary_id"), None, key, m)
+             for m in {m.id: m for m, _ in resolved}.values()}
+    documents = [markup.split_document(t, html, spans=m.protects_spans, foreign=m.tokenizer.cannot_spell,
+                                       max_depth=depth, terms=terms[m.id]) for t, (m, _) in zip(texts, resolved)]
+    translated: list[str] = [""] * len(texts)
+    by_model: dict[str, list[int]] = {}
+    for i, (m, _) in enumerate(resolved):
+        by_model.setdefault(m.id, []).append(i)
+    for indices in by_model.values():
+        model = resolved[indices[0]][0]
+        found = await translate_sentences(request, service, model, [documents[i] for i in indices], n_best=1,
+                                          names=[f"text[{i}]" for i in indices])
+        for i, per_sentence in zip(indices, found):
+            translated[i] = rebuild(documents[i], per_sentence)[0]
+    characters = sum(len(t) for t in texts)
+    await service.count_usage(owner_of(key), characters)
+    return {"translations": [{"detected_source_language": deepl_code(m.source), "text": t, "billed_characters": len(x)}
+                             for t, x, (m, _) in zip(translated, texts, resolved)]}
+
+
+@router.get("/languages", summary="Languages (DeepL-compatible)")
+async def languages(request: Request, service: ServiceDep, type: str = "source"):
+    if type == "source" and await request.body():  # DeepL's clients send GET parameters as a form body
+        fields, _ = await read_fields(request, max_fields=service.settings.max_form_fields)
+        type = fields.get("type", type) if isinstance(fields.get("type"), str) else type
+    if type not in ("source", "target"):
+        raise ApiError(400, f"Value for 'type' not supported: {type!r}; 'source' or 'target'.")
+    registry = service.registry
+    if type == "source":
+        return [{"language": deepl_code(c), "name": language_name(c)} for c in registry.sources()]
+    targets = sorted({t for source in registry.sources() for t in registry.targets(source)})
+    return [{"language": code, "name": language_name(t), "supports_formality": False}
+            for t in targets for code in REGIONAL_TARGETS.get(t, [deepl_code(t)])]
+
+
+@router.get("/usage", summary="Characters translated this month (DeepL-compatible)")
+async def usage(request: Request, service: ServiceDep):
+    key = await admit(request, service, auth_key(request))
+    return {"character_count": await service.count_usage(owner_of(key), 0), "character_limit": UNLIMITED}
+
+
+@router.get("/glossary-language-pairs", summary="Language pairs a glossary can have (DeepL-compatible)")
+async def glossary_language_pairs(request: Request, service: ServiceDep):
+    await admit(request, service, auth_key(request))
+    pairs = [(s, t) for s in service.registry.sources() for t in service.registry.targets(s)]
+    return {"supported_languages": [{"source_lang": s, "target_lang": t} for s, t in pairs]}
+
+
+@router.post("/glossaries", status_code=201, summary="Create a glossary (DeepL-compatible)")
+async def create_glossary(request: Request, service: ServiceDep):
+    fields, _ = await read_fields(request, max_fields=service.settings.max_form_fields)
+    key = await admit(request, service, auth_key(request, fields))
+    name = fields.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ApiError(400, "Parameter 'name' not specified.")
+    source = our_code(fields.get("source_lang"), "source_lang")
+    target = our_code(fields.get("target_lang"), "target_lang")
+    pairs = {(s, t) for s in service.registry.sources() for t in service.registry.targets(s)}
+    if (source, target) not in pairs:
+        raise ApiError(400, f"Unsupported glossary language pair: {source}->{target}; supported: "
+                       f"{', '.join(f'{s}->{t}' for s, t in sorted(pairs))}")
+    entries = fields.get("entries")
+    if not isinstance(entries, str):
+        raise ApiError(400, "Parameter 'entries' not specified: source<TAB>target, one entry a line.")
+    try:
+        parsed = parse_entries(entries, fields.get("entries_format") or "tsv")
+    except TermError as e:
+        raise ApiError(400, f"Invalid glossary entries provided: {e} (at most {MAX_ENTRIES:,} entries, 1,024 "
+                       "characters a term)") from None
+    glossary = new_glossary(name.strip(), source, target, parsed, owner_of(key))
+    await asyncio.to_thread(service.glossaries.put, glossary)
+    return JSONResponse(glossary.info(), status_code=201)
+
+
+async def _glossary(request: Request, service: Service, glossary_id: str):
+    key = await admit(request, service, auth_key(request))
+    glossary = await asyncio.to_thread(service.glossaries.get, glossary_id, owner_of(key))
+    if glossary is None:
+        raise ApiError(404, f"Glossary not found: {glossary_id}")
+    return glossary, key
+
+
+@router.get("/glossaries", summary="This key's glossaries (DeepL-compatible)")
+async def list_glossaries(request: Request, service: ServiceDep):
+    key = await admit(request, service, auth_key(request))
+    found = await asyncio.to_thread(service.glossaries.list, owner_of(key))
+    return {"glossaries": [g.info() for g in found]}
+
+
+@router.get("/glossaries/{glossary_id}", summary="A glossary (DeepL-compatible)")
+async def get_glossary(glossary_id: str, request: Request, service: ServiceDep):
+    glossary, _ = await _glossary(request, service, glossary_id)
+    return glossary.info()
+
+
+@router.get("/glossaries/{glossary_id}/entries", summary="A glossary's entries as TSV (DeepL-compatible)")
+async def glossary_entries(glossary_id: str, request: Request, service: ServiceDep):
+    glossary, _ = await _glossary(request, service, glossary_id)
+    return PlainTextResponse(glossary.tsv(), media_type="text/tab-separated-values")
+
+
+@router.delete("/glossaries/{glossary_id}", status_code=204, summary="Delete a glossary (DeepL-compatible)")
+async def delete_glossary(glossary_id: str, request: Request, service: ServiceDep):
+    glossary, key = await _glossary(request, service, glossary_id)
+    await asyncio.to_thread(service.glossaries.delete, glossary_id, owner_of(key))
+    return Response(status_code=204)

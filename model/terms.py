@@ -1,0 +1,100 @@
+"""Terminology: glossary entries (a source term and the target term the translation must use) and
+do-not-translate terms (kept exactly as written), carried through the model as protected spans.
+
+    terms = Terminology({"file": "Akte"}, ["Nextcloud"])
+    masked = protect.mask("Open the file in Nextcloud.", terms=terms)
+    masked.text    # "Open the \\ue000 in \\ue001."
+    masked.spans   # ["Akte", "Nextcloud"]       what each sentinel becomes in the translation
+    masked.terms   # {0: "file", 1: "Nextcloud"}  which entry each sentinel stands for
+
+A do-not-translate term is a span like a placeholder: the model copies its sentinel and the term
+comes back byte for byte. A glossary term's sentinel stands for the target term: the model
+places it where the source term's translation goes, as it places a placeholder, and the target
+term is written there as given (in its dictionary form: the model does not inflect it). With the
+attention-guided repair (model/protect.py) every matched term is in the output exactly once.
+
+Matching: whole words, case-insensitively, the longest entry first where entries overlap; a
+term inside a placeholder, tag or URL is not matched. A model without sentinel pieces cannot take
+terms this way: its terms are reported as not applied.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+MAX_TERM_CHARS = 1024  # DeepL's limit for one glossary term (bytes of UTF-8 there; characters here)
+
+
+class TermError(ValueError):
+    """A glossary or term list that cannot be used: says which entry and why."""
+
+
+@dataclass(frozen=True)
+class Match:
+    start: int
+    end: int
+    output: str  # what the translation gets in the term's place
+    entry: str  # the glossary's source term, or the do-not-translate term, as given
+
+
+@dataclass
+class Terminology:
+    glossary: dict[str, str] = field(default_factory=dict)  # source term -> target term
+    keep: list[str] = field(default_factory=list)  # do-not-translate terms
+
+    def __post_init__(self):
+        for source, target in self.glossary.items():
+            check_term(source, "glossary source term")
+            check_term(target, f"glossary target term of {source!r}")
+        for term in self.keep:
+            check_term(term, "do_not_translate term")
+        entries = [(s, t, s) for s, t in self.glossary.items()] + [(k, None, k) for k in self.keep]
+        entries.sort(key=lambda e: -len(e[0]))  # the longest wins where entries overlap
+        self._entries = entries
+        self._pattern = re.compile("|".join(f"(?<!\\w){re.escape(s)}(?!\\w)" for s, _, _ in entries),
+                                   re.IGNORECASE) if entries else None
+        self._by_folded = {s.casefold(): (t, e) for s, t, e in reversed(entries)}
+
+    def __bool__(self) -> bool:
+        return bool(self.glossary or self.keep)
+
+    @property
+    def entries(self) -> list[str]:
+        return list(self.glossary) + [k for k in self.keep if k not in self.glossary]
+
+    def find(self, text: str) -> list[Match]:
+        """Every occurrence of an entry in `text`, left to right, not overlapping."""
+        if self._pattern is None:
+            return []
+        out = []
+        for m in self._pattern.finditer(text):
+            target, entry = self._by_folded[m.group().casefold()]
+            out.append(Match(m.start(), m.end(), m.group() if target is None else target, entry))
+        return out
+
+    def merged(self, other: Terminology | None) -> Terminology:
+        """This terminology with `other`'s entries added (other's glossary wins on a clash)."""
+        if not other:
+            return self
+        return Terminology({**self.glossary, **other.glossary}, list(dict.fromkeys(self.keep + other.keep)))
+
+
+def check_term(term: str, what: str) -> None:
+    if not isinstance(term, str) or not term.strip():
+        raise TermError(f"{what}: must be a non-empty string (got {term!r})")
+    if term != term.strip():
+        raise TermError(f"{what} {term!r}: leading or trailing whitespace")
+    if len(term) > MAX_TERM_CHARS:
+        raise TermError(f"{what} {term[:40]!r}...: {len(term)} characters; at most {MAX_TERM_CHARS}")
+    if any(c in term for c in "\t\n\r") or any(0xE000 <= ord(c) < 0xE020 for c in term):
+        raise TermError(f"{what} {term!r}: holds a tab, a line break or a reserved character")
+
+
+def report(terms: Terminology, matched: set[str], used: set[str]) -> dict[str, list[str]]:
+    """What became of each entry: `applied` (in the source, and its term in the translation),
+    `not_applied` (in the source, but the model could not take it: no sentinel pieces, or more
+    spans than sentinels), `not_found` (not in the source)."""
+    return {"applied": [e for e in terms.entries if e in used],
+            "not_applied": [e for e in terms.entries if e in matched and e not in used],
+            "not_found": [e for e in terms.entries if e not in matched]}

@@ -1,0 +1,172 @@
+"""Glossaries in every API: per request in /translate (JSON and form), /v1/translate and
+/translate_file; stored ones through DeepL's /v2/glossaries, used by glossary_id there and in
+/v2/translate; DeepL's error shape and limits; one key's glossaries hidden from another; and the
+real `deepl` client against a real server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from app.settings import Settings
+from tests.conftest import ready_client, wait_ready
+from tests.test_app_e2e import ROOT, free_port
+
+ENTRIES = "file\tAkte\nNextcloud\tNextcloud\n"
+
+
+@pytest.fixture(scope="module")
+def client(tiny_sentinel_checkpoint, tmp_path_factory):
+    db = tmp_path_factory.mktemp("keys") / "keys.db"
+    settings = Settings(model_dirs=[str(tiny_sentinel_checkpoint)], workers=1, threads_per_worker=1, max_wait_ms=2,
+                        keys_db=str(db))
+    with ready_client(settings) as c:
+        yield c
+
+
+def test_per_request_terms_in_libretranslate_json_and_form(client):
+    body = {"q": "Open the file in Nextcloud.", "source": "en", "target": "de", "glossary": {"file": "Akte"},
+            "do_not_translate": ["Nextcloud"]}
+    r = client.post("/translate", json=body)
+    assert r.status_code == 200, r.text
+    assert "Akte" in r.json()["translatedText"] and "Nextcloud" in r.json()["translatedText"]
+    assert r.json()["terms"] == {"applied": ["file", "Nextcloud"], "not_applied": [], "not_found": []}
+    form = {**body, "glossary": json.dumps(body["glossary"]), "do_not_translate": "Nextcloud", "format": "html"}
+    r = client.post("/translate", data=form)
+    assert r.status_code == 200 and r.json()["terms"]["applied"] == ["file", "Nextcloud"], r.text
+    listed = client.post("/translate", json={**body, "q": ["Open the file.", "Hello world."]}).json()
+    assert [t["applied"] for t in listed["terms"]] == [["file"], []]
+    plain = client.post("/translate", json={"q": "Open the file.", "source": "en", "target": "de"}).json()
+    assert set(plain) == {"translatedText"}  # no terms asked, no change
+
+
+def test_per_request_terms_in_v1_and_files(client):
+    r = client.post("/v1/translate", json={"text": ["Open the file.", "Hello."], "source": "en", "target": "de",
+                                           "glossary": {"file": "Akte"}})
+    assert r.status_code == 200, r.text
+    first, second = r.json()["translations"]
+    assert "Akte" in first["text"] and first["terms"]["applied"] == ["file"] and second["terms"]["not_found"] == ["file"]
+    r = client.post("/translate_file", files={"file": ("a.txt", b"Open the file in Nextcloud.\n")},
+                    data={"source": "en", "target": "de", "glossary": '{"file": "Akte"}',
+                          "do_not_translate": '["Nextcloud"]'})
+    assert r.status_code == 200, r.text
+    text = client.get(r.json()["translatedFileUrl"]).text
+    assert "Akte" in text and "Nextcloud" in text
+
+
+@pytest.mark.parametrize("body,message", [
+    ({"glossary": {"file": ""}}, "target term of 'file': must be a non-empty string"),
+    ({"glossary": {"": "x"}}, "non-empty"),
+    ({"glossary": "{bad"}, "glossary: a JSON object"),
+    ({"do_not_translate": [1]}, "do_not_translate"),
+    ({"glossary": {"a\tb": "c"}}, "tab"),
+    ({"glossary": {f"t{k}": "x" for k in range(5001)}}, "at most 5,000"),
+    ({"glossary_id": "00000000-0000-0000-0000-000000000000"}, "no glossary"),
+])
+def test_bad_terms_are_a_4xx_that_says_why(client, body, message):
+    r = client.post("/translate", json={"q": "Open the file.", "source": "en", "target": "de", **body})
+    assert r.status_code in (400, 404) and message in r.json()["error"], r.text
+
+
+def test_stored_glossaries_in_deepls_shape(client):
+    auth = {"Authorization": "DeepL-Auth-Key anything"}  # a server without keys accepts any
+    r = client.post("/v2/glossaries", json={"name": "Product", "source_lang": "EN", "target_lang": "DE",
+                                            "entries": ENTRIES, "entries_format": "tsv"}, headers=auth)
+    assert r.status_code == 201, r.text
+    info = r.json()
+    assert info["entry_count"] == 2 and info["ready"] and (info["source_lang"], info["target_lang"]) == ("en", "de")
+    gid = info["glossary_id"]
+    assert client.get(f"/v2/glossaries/{gid}/entries", headers=auth).text == ENTRIES
+    assert gid in [g["glossary_id"] for g in client.get("/v2/glossaries", headers=auth).json()["glossaries"]]
+    r = client.post("/v2/translate", json={"text": ["Open the file."], "source_lang": "EN", "target_lang": "DE",
+                                           "glossary_id": gid}, headers=auth)
+    assert r.status_code == 200 and "Akte" in r.json()["translations"][0]["text"], r.text
+    assert r.json()["translations"][0]["detected_source_language"] == "EN"
+    lt = client.post("/translate", json={"q": "Open the file.", "source": "en", "target": "de", "glossary_id": gid})
+    assert lt.json()["terms"]["applied"] == ["file"]
+    assert client.get("/v2/glossary-language-pairs", headers=auth).json() == \
+        {"supported_languages": [{"source_lang": "en", "target_lang": "de"}]}
+    assert client.delete(f"/v2/glossaries/{gid}", headers=auth).status_code == 204
+    gone = client.get(f"/v2/glossaries/{gid}", headers=auth)
+    assert gone.status_code == 404 and "Glossary not found" in gone.json()["message"]
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"entries": "file\tAkte\nfile\tDatei"}, "appears twice"),
+    ({"entries": "file Akte"}, "a tab"),
+    ({"entries": "file\t\n"}, "non-empty"),
+    ({"entries": ""}, "no entries"),
+    ({"target_lang": "FR"}, "Unsupported glossary language pair"),
+    ({"name": ""}, "'name' not specified"),
+    ({"entries_format": "xlsx"}, "'tsv' or 'csv'"),
+])
+def test_glossary_errors_in_deepls_shape(client, fields, message):
+    body = {"name": "G", "source_lang": "EN", "target_lang": "DE", "entries": ENTRIES, **fields}
+    r = client.post("/v2/glossaries", json=body, headers={"Authorization": "DeepL-Auth-Key k"})
+    assert r.status_code == 400 and message in r.json()["message"] and "error" not in r.json(), r.text
+
+
+def test_one_keys_glossaries_are_not_anothers(tiny_sentinel_checkpoint, tmp_path):
+    settings = Settings(model_dirs=[str(tiny_sentinel_checkpoint)], workers=1, threads_per_worker=1,
+                        api_keys=["alice", "bob"], keys_db=str(tmp_path / "keys.db"))
+    with ready_client(settings) as c:
+        alice, bob = ({"Authorization": f"DeepL-Auth-Key {k}"} for k in ("alice", "bob"))
+        gid = c.post("/v2/glossaries", json={"name": "A", "source_lang": "en", "target_lang": "de",
+                                             "entries": ENTRIES}, headers=alice).json()["glossary_id"]
+        assert c.get(f"/v2/glossaries/{gid}", headers=alice).status_code == 200
+        assert c.get(f"/v2/glossaries/{gid}", headers=bob).status_code == 404
+        assert c.get("/v2/glossaries", headers=bob).json() == {"glossaries": []}
+        assert c.delete(f"/v2/glossaries/{gid}", headers=bob).status_code == 404
+        wrong = c.get("/v2/glossaries", headers={"Authorization": "DeepL-Auth-Key mallory"})
+        assert wrong.status_code == 403 and wrong.json() == {"message": "Invalid API key"}
+        assert c.get("/v2/glossaries").status_code == 403
+        r = c.post("/translate", json={"q": "Open the file.", "source": "en", "target": "de", "glossary_id": gid,
+                                       "api_key": "alice"})
+        assert r.status_code == 200 and r.json()["terms"]["applied"] == ["file"]
+
+
+DEEPL_ROUND_TRIP = """
+import sys, deepl
+t = deepl.Translator("my-key", server_url=sys.argv[1])
+assert [l.code for l in t.get_source_languages()] == ["EN"]
+assert [l.code for l in t.get_target_languages()] == ["DE"]
+assert isinstance(t.translate_text("Open the file.", target_lang="DE").text, str)
+g = t.create_glossary("Product", source_lang="EN", target_lang="DE", entries={"file": "Akte", "Nextcloud": "Nextcloud"})
+assert g.entry_count == 2 and g.source_lang == "EN" and g.target_lang == "DE"
+out = t.translate_text(["Open the file.", "Save it in Nextcloud."], source_lang="EN", target_lang="DE", glossary=g)
+assert "Akte" in out[0].text and "Nextcloud" in out[1].text and out[0].detected_source_lang == "EN", out
+assert [x.glossary_id for x in t.list_glossaries()] == [g.glossary_id]
+assert t.get_glossary_entries(g) == {"file": "Akte", "Nextcloud": "Nextcloud"}
+assert t.get_glossary(g.glossary_id).name == "Product"
+assert t.get_usage().character.count > 0 and not t.get_usage().any_limit_reached
+assert [(p.source_lang, p.target_lang) for p in t.get_glossary_languages()] == [("en", "de")]
+t.delete_glossary(g)
+try:
+    t.get_glossary(g.glossary_id)
+    raise SystemExit("the deleted glossary is still there")
+except deepl.GlossaryNotFoundException:
+    pass
+print("ok")
+"""
+
+
+@pytest.mark.e2e
+def test_the_deepl_client_round_trip_against_a_real_server(tiny_sentinel_checkpoint, tmp_path):
+    port = free_port()
+    env = {**os.environ, "NMT_MODEL_DIRS": str(tiny_sentinel_checkpoint), "NMT_WORKERS": "1",
+           "NMT_THREADS_PER_WORKER": "1", "NMT_KEYS_DB": str(tmp_path / "keys.db"), "NMT_DETECT_LANGUAGES": "en,de"}
+    server = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port",
+                               str(port), "--log-level", "warning"], cwd=ROOT, env=env)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(url, [server], timeout_s=90)
+        run = subprocess.run([sys.executable, "-c", DEEPL_ROUND_TRIP, url], capture_output=True, text=True,
+                             timeout=120)
+        assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-3000:]
+    finally:
+        server.terminate()
+        server.wait(30)

@@ -27,8 +27,9 @@ KEPT_ELEMENTS = {"script", "style", "code", "pre", "textarea"}
 VOID_ELEMENTS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source",
                  "track", "wbr"}
 # Elements inside a sentence: with sentinels their tags travel through the model with the text.
+# `x`: Weblate's stand-in for a placeholder when it asks a DeepL-compatible server (<x id="3"></x>).
 INLINE_ELEMENTS = {"a", "abbr", "b", "bdi", "bdo", "cite", "data", "del", "dfn", "em", "font", "i", "ins", "mark",
-                   "q", "s", "small", "span", "strong", "sub", "sup", "time", "u"}
+                   "q", "s", "small", "span", "strong", "sub", "sup", "time", "u", "x"}
 
 # Deepest nesting of open elements a document may have (NMT_MAX_HTML_DEPTH): each end tag looks
 # through the open elements, so without a bound 20,000 nested <div>s cost seconds of CPU.

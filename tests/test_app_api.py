@@ -196,8 +196,10 @@ def test_bad_options(client):
 
 
 def test_unknown_route_and_method_use_the_error_shape(client):
-    assert "/v2/x" in error(client, "GET", "/v2/x", status=404)
+    assert "/v9/x" in error(client, "GET", "/v9/x", status=404)
     error(client, "GET", "/v1/translate", status=405)
+    deepl = client.get("/v2/x")  # DeepL's API answers in DeepL's shape (app/routers/deepl.py)
+    assert deepl.status_code == 404 and "/v2/x" in deepl.json()["message"] and "error" not in deepl.json()
 
 
 def test_api_keys(client, monkeypatch):

@@ -129,6 +129,20 @@ def test_one_keys_glossaries_are_not_anothers(tiny_sentinel_checkpoint, tmp_path
         assert r.status_code == 200 and r.json()["terms"]["applied"] == ["file"]
 
 
+def test_what_weblates_deepl_backend_sends(client):
+    """Weblate (weblate/machinery/deepl.py, API URL set to this server's /v2/) asks for languages with
+    query parameters and translates with its placeholders as <x id="N"></x> and tag_handling xml."""
+    auth = {"Authorization": "DeepL-Auth-Key weblate"}
+    assert client.get("/v2/languages", params={"type": "target"}, headers=auth).json() == \
+        [{"language": "DE", "name": "German", "supports_formality": False}]
+    r = client.post("/v2/translate", headers=auth, json={
+        "text": ['Open <x id="7"></x> and click <x id="19"></x>.'], "source_lang": "EN", "target_lang": "DE",
+        "formality": "default", "tag_handling": "xml", "ignore_tags": ["x"]})
+    assert r.status_code == 200, r.text
+    text = r.json()["translations"][0]["text"]
+    assert text.count('<x id="7"></x>') == 1 and text.count('<x id="19"></x>') == 1, text
+
+
 DEEPL_ROUND_TRIP = """
 import sys, deepl
 t = deepl.Translator("my-key", server_url=sys.argv[1])

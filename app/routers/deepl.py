@@ -21,8 +21,9 @@ translates them (sentences, protected spans; tag_handling html or xml: as HTML).
 from __future__ import annotations
 
 import asyncio
+from typing import Annotated
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from app import markup
@@ -36,6 +37,8 @@ from app.service import Service
 from model.terms import TermError
 
 router = APIRouter(prefix="/v2", tags=["deepl"])
+GlossaryId = Annotated[str, Path(description="The glossary's id, as POST /v2/glossaries returned it.",
+                                 examples=["def3a26b-3e84-45b3-84ae-0c0aaf3525f7"])]
 
 UNLIMITED = 10**12  # DeepL Pro's "no limit"
 REGIONAL_TARGETS = {"en": ["EN-GB", "EN-US"], "pt": ["PT-BR", "PT-PT"], "zh": ["ZH-HANS", "ZH-HANT"]}
@@ -114,7 +117,9 @@ async def translate(request: Request, service: ServiceDep):
 
 
 @router.get("/languages", summary="Languages (DeepL-compatible)")
-async def languages(request: Request, service: ServiceDep, type: str = "source"):
+async def languages(request: Request, service: ServiceDep,
+                    type: str = Query("source", description="'source' or 'target' (DeepL's clients may send it "
+                                      "as a form body instead).", examples=["target"])):
     if type == "source" and await request.body():  # DeepL's clients send GET parameters as a form body
         fields, _ = await read_fields(request, max_fields=service.settings.max_form_fields)
         type = fields.get("type", type) if isinstance(fields.get("type"), str) else type
@@ -183,19 +188,19 @@ async def list_glossaries(request: Request, service: ServiceDep):
 
 
 @router.get("/glossaries/{glossary_id}", summary="A glossary (DeepL-compatible)")
-async def get_glossary(glossary_id: str, request: Request, service: ServiceDep):
+async def get_glossary(glossary_id: GlossaryId, request: Request, service: ServiceDep):
     glossary, _ = await _glossary(request, service, glossary_id)
     return glossary.info()
 
 
 @router.get("/glossaries/{glossary_id}/entries", summary="A glossary's entries as TSV (DeepL-compatible)")
-async def glossary_entries(glossary_id: str, request: Request, service: ServiceDep):
+async def glossary_entries(glossary_id: GlossaryId, request: Request, service: ServiceDep):
     glossary, _ = await _glossary(request, service, glossary_id)
     return PlainTextResponse(glossary.tsv(), media_type="text/tab-separated-values")
 
 
 @router.delete("/glossaries/{glossary_id}", status_code=204, summary="Delete a glossary (DeepL-compatible)")
-async def delete_glossary(glossary_id: str, request: Request, service: ServiceDep):
+async def delete_glossary(glossary_id: GlossaryId, request: Request, service: ServiceDep):
     glossary, key = await _glossary(request, service, glossary_id)
     await asyncio.to_thread(service.glossaries.delete, glossary_id, owner_of(key))
     return Response(status_code=204)

@@ -1,0 +1,218 @@
+"""`nmt eval-terms`: how well a model follows a glossary and a do-not-translate list, on test sets
+built from held-out units.
+
+    nmt eval-terms --model checkpoints/en-de --data /work/data/corpus-v5b --cache /work/cache \\
+        --out checkpoints/en-de/terms_eval.json
+
+The glossary set: held-out sentences (test_sw, test_general) whose reference holds a Ding
+dictionary term (a 1-3 word gloss, the English side in the source) that the model, translating
+alone, does not write; each sentence's glossary is that one entry. The do-not-translate sets: held-out
+sentences with a word that the reference copies as written (names: LibreOffice, GIMP, ...), and the
+same sentences with an ordinary lower-case word of the source marked do-not-translate (a product
+name that is also an English word).
+
+Reported: required terms in the translation, exactly and lemma-aware (the term's stem, German
+endings off, starting a word of the translation); do-not-translate terms kept byte for byte; chrF
+of the glossary set with and without the glossary; sentences/s with and without.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from model.terms import Terminology
+from model.translator import Translator
+from training.corpus import DING_FILE, DING_PACKAGE, parse_ding_line, read_lines
+from training.evaluate import score
+
+SETS = ("test_sw", "test_general")
+GERMAN_ENDINGS = ("en", "em", "er", "es", "e", "n", "s")
+STOPWORDS = {"the", "a", "an", "to", "of", "and", "or", "in", "on", "at", "is", "be", "it", "for", "with", "as", "by",
+             "sb.", "sth.", "not", "no", "i", "you", "he", "she", "we", "they", "this", "that"}
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"\w[\w'-]*", text)
+
+
+def has_term(text: str, term: str, case: bool = True) -> bool:
+    flags = 0 if case else re.IGNORECASE
+    return re.search(rf"(?<!\w){re.escape(term)}(?!\w)", text, flags) is not None
+
+
+def lemma_match(text: str, term: str) -> bool:
+    """The term in any inflected form: each of its words' stems starts a word of the text."""
+    def stem(word: str) -> str:
+        for ending in GERMAN_ENDINGS:
+            if word.endswith(ending) and len(word) - len(ending) >= 3:
+                return word[:-len(ending)]
+        return word
+
+    found = [w.lower() for w in words(text)]
+    return all(any(f.startswith(stem(w).lower()) for f in found) for w in words(term))
+
+
+def ding_glosses(cache: Path) -> list[tuple[str, str]]:
+    """(English, German) word and phrase glosses of the Ding dictionary, 1-3 words each side."""
+    found = sorted(cache.glob(f"extract/{DING_PACKAGE}_*/{DING_FILE}"))
+    if not found:
+        raise SystemExit(f"no Ding dictionary under {cache}/extract: run `nmt corpus --cache {cache}` first")
+    pairs = set()
+    for line in found[-1].read_text("utf-8", "replace").splitlines():
+        for en, de in parse_ding_line(line):
+            if 1 <= len(en.split()) <= 3 and 1 <= len(de.split()) <= 3 and en.lower() not in STOPWORDS \
+                    and len(en) >= 3 and re.fullmatch(r"[\w' -]+", en) and re.fullmatch(r"[\w' -]+", de):
+                pairs.add((en, de))
+    return sorted(pairs)
+
+
+def glossary_candidates(sources: list[str], references: list[str], glosses: list[tuple[str, str]]):
+    """Per sentence, the longest gloss whose English is in the source and German in the reference."""
+    by_word: dict[str, list[tuple[str, str]]] = {}
+    for en, de in glosses:
+        by_word.setdefault(en.split()[0].lower(), []).append((en, de))
+    out = []
+    for i, (src, ref) in enumerate(zip(sources, references)):
+        options = [(en, de) for w in {w.lower() for w in words(src)} for en, de in by_word.get(w, [])
+                   if has_term(src, en, case=False) and has_term(ref, de)]
+        if options:
+            out.append((i, max(options, key=lambda p: (len(p[0]), p))))
+    return out
+
+
+def translate(translator: Translator, texts: list[str], beam: int, terms: list[Terminology] | None = None):
+    """Best translations (one terminology per text, translated one group per distinct terminology)
+    and the seconds it took."""
+    start = time.perf_counter()
+    if terms is None:
+        out = [r.hypotheses[0].text for r in translator.translate(texts, beam_size=beam)]
+    else:
+        out = [""] * len(texts)
+        groups: dict[str, list[int]] = {}
+        for i, t in enumerate(terms):
+            groups.setdefault(json.dumps([t.glossary, t.keep], sort_keys=True), []).append(i)
+        for indices in groups.values():
+            results = translator.translate([texts[i] for i in indices], beam_size=beam, terms=terms[indices[0]])
+            for i, r in zip(indices, results):
+                out[i] = r.hypotheses[0].text
+    return out, time.perf_counter() - start
+
+
+def evaluate(model: str, data: str, cache: str, beam: int = 4, limit: int = 400, threads: int = 2,
+             dtype: str = "auto", seed: int = 0) -> dict:
+    torch.set_num_threads(threads)
+    translator = Translator.load(model, device="cpu", dtype=dtype)
+    src_lang = translator.metadata.get("source_lang", "en")
+    if src_lang != "en":
+        raise SystemExit("eval-terms builds its glossary from English glosses: an en-* model")
+    glosses = ding_glosses(Path(cache))
+    sources, references = [], []
+    for name in SETS:
+        sources += read_lines(Path(data) / f"{name}.en")
+        references += read_lines(Path(data) / f"{name}.de")
+    candidates = glossary_candidates(sources, references, glosses)
+    plain, _ = translate(translator, [sources[i] for i, _ in candidates], beam)
+    missing = [(i, pair) for (i, pair), hyp in zip(candidates, plain) if not has_term(hyp, pair[1])]
+    rng = random.Random(seed)
+    rng.shuffle(missing)
+    chosen = sorted(missing[:limit])
+    src = [sources[i] for i, _ in chosen]
+    ref = [references[i] for i, _ in chosen]
+    terms = [Terminology({en: de}) for _, (en, de) in chosen]
+    without, seconds_without = translate(translator, src, beam)
+    with_terms, seconds_with = translate(translator, src, beam, terms)
+    exact = sum(has_term(h, de) for h, (_, (_, de)) in zip(with_terms, chosen))
+    lemma = sum(lemma_match(h, de) for h, (_, (_, de)) in zip(with_terms, chosen))
+    alone_lemma = sum(lemma_match(h, de) for h, (_, (_, de)) in zip(without, chosen))
+    chrf_without, chrf_with = score(without, ref)["chrf"], score(with_terms, ref)["chrf"]
+
+    # do-not-translate: names the reference copies, and ordinary words marked as names
+    names, ordinary = [], []
+    for s, r in zip(sources, references):
+        copied = [w for w in words(s)[1:] if w[:1].isupper() and len(w) >= 3 and has_term(r, w) and w.lower() not in
+                  STOPWORDS]
+        if copied:
+            names.append((s, copied[0]))
+        common = [w for w in words(s) if w.islower() and len(w) >= 4 and w not in STOPWORDS]
+        if common:
+            ordinary.append((s, rng.choice(common)))
+    dnt = {}
+    for label, items in (("names", names), ("ordinary_words", ordinary)):
+        items = rng.sample(items, min(limit, len(items)))
+        hyps, _ = translate(translator, [s for s, _ in items], beam, [Terminology({}, [w]) for _, w in items])
+        kept = sum(has_term(h, w) for h, (_, w) in zip(hyps, items))
+        plain_hyps, _ = translate(translator, [s for s, _ in items], beam)
+        alone = sum(has_term(h, w) for h, (_, w) in zip(plain_hyps, items))
+        dnt[label] = {"sentences": len(items), "kept_pct": round(100 * kept / max(1, len(items)), 2),
+                      "kept_alone_pct": round(100 * alone / max(1, len(items)), 2)}
+    return {
+        "model": model, "beam": beam, "dtype": translator.dtype, "threads": threads,
+        "glossary": {
+            "candidates": len(candidates), "model_alone_writes_term_pct": round(
+                100 * (len(candidates) - len(missing)) / max(1, len(candidates)), 2),
+            "sentences": len(chosen), "term_exact_pct": round(100 * exact / max(1, len(chosen)), 2),
+            "term_lemma_pct": round(100 * lemma / max(1, len(chosen)), 2),
+            "term_lemma_alone_pct": round(100 * alone_lemma / max(1, len(chosen)), 2),
+            "chrf_without": chrf_without, "chrf_with": chrf_with,
+            "sentences_per_s_without": round(len(src) / seconds_without, 2),
+            "sentences_per_s_with": round(len(src) / seconds_with, 2),
+            "examples": [{"source": s, "term": t.glossary, "without": a, "with": b, "reference": r}
+                         for s, t, a, b, r in list(zip(src, terms, without, with_terms, ref))[:8]],
+        },
+        "do_not_translate": dnt,
+    }
+
+
+def markdown(report: dict) -> str:
+    g, d = report["glossary"], report["do_not_translate"]
+    return "\n".join([
+        f"Glossary set: {g['sentences']} held-out sentences (of {g['candidates']} with a Ding term in source and "
+        f"reference; the model alone writes the term in {g['model_alone_writes_term_pct']}% of those)", "",
+        "| | without glossary | with glossary |", "|---|---:|---:|",
+        f"| required term, exact | 0% (by construction) | {g['term_exact_pct']}% |",
+        f"| required term, lemma-aware | {g['term_lemma_alone_pct']}% | {g['term_lemma_pct']}% |",
+        f"| chrF | {g['chrf_without']} | {g['chrf_with']} |",
+        f"| sentences/s (beam {report['beam']}, {report['dtype']}) | {g['sentences_per_s_without']} | "
+        f"{g['sentences_per_s_with']} |", "",
+        "| do-not-translate set | sentences | kept (with the list) | kept (model alone) |", "|---|---:|---:|---:|",
+        *[f"| {name} | {v['sentences']} | {v['kept_pct']}% | {v['kept_alone_pct']}% |" for name, v in d.items()],
+    ])
+
+
+def eval_terms_command(args) -> dict:
+    report = evaluate(args.model, args.data, args.cache, args.beam, args.limit, args.threads, args.dtype)
+    print(markdown(report))
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+    return report
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True)
+    p.add_argument("--data", default="data/corpus", help="corpus with test_sw and test_general (.en/.de)")
+    p.add_argument("--cache", default="data/cache", help="`nmt corpus`'s cache (the Ding dictionary)")
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--limit", type=int, default=400, help="sentences per set")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "int8"])
+    p.add_argument("--out", help="write the JSON report here")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("eval-terms", help="glossary and do-not-translate use on held-out sentences")
+    add_args(p)
+    p.set_defaults(func=eval_terms_command)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m training.terms_eval")
+    add_args(parser)
+    eval_terms_command(parser.parse_args(sys.argv[1:]))

@@ -13,6 +13,11 @@ Attention = list[list[list[list[float]]]]
 ATTENTION_DOC = "Cross-attention as [layer][head][target token][source token]; each row sums to 1."
 
 
+class DeepLErrorResponse(BaseModel):
+    message: str = Field(description="What is wrong and what is allowed (DeepL's error shape, under /v2/).",
+                         examples=["Glossary not found: def3a26b-3e84-45b3-84ae-0c0aaf3525f7"])
+
+
 class ErrorResponse(BaseModel):
     error: str = Field(description="What was wrong and what is allowed.",
                        examples=["beam_size: Input should be less than or equal to 16 (got 32)"])
@@ -20,7 +25,21 @@ class ErrorResponse(BaseModel):
 
 # --- /v1/translate ----------------------------------------------------------------------------
 
-class TranslateRequest(BaseModel):
+class TermsFields(BaseModel):
+    """Terminology fields of the translate requests (model/terms.py, app/glossaries.py)."""
+
+    glossary: dict[str, str] | str | None = Field(
+        None, description="Terms the translation must use: source term -> target term (in a form: that object "
+        "as JSON). Matched as whole words, ignoring case; the target term is written as given.",
+        examples=[{"file": "Akte"}])
+    glossary_id: str | None = Field(None, description="A stored glossary (POST /v2/glossaries) of this key and "
+                                    "language pair; its entries join `glossary`'s.", examples=[None])
+    do_not_translate: list[str] | str | None = Field(
+        None, description="Terms kept exactly as written, such as product names (in a form: a JSON list or one "
+        "term).", examples=[["Nextcloud"]])
+
+
+class TranslateRequest(TermsFields):
     model_config = ConfigDict(extra="forbid")
 
     text: str | list[str] = Field(description="A text, or a list of texts translated independently (results "
@@ -43,15 +62,6 @@ class TranslateRequest(BaseModel):
                              "for GET /v1/alignments/{id}.", examples=[False])
     include_attention: bool = Field(False, description="Return the best hypothesis's attention and tokens inline.",
                                     examples=[False])
-    glossary: dict[str, str] | str | None = Field(
-        None, description="Terms the translation must use: source term -> target term (in a form: that object "
-        "as JSON). Matched as whole words, ignoring case; the target term is written as given.",
-        examples=[{"file": "Akte"}])
-    glossary_id: str | None = Field(None, description="A stored glossary (POST /v2/glossaries) of this key and "
-                                    "language pair; its entries join `glossary`'s.", examples=[None])
-    do_not_translate: list[str] | str | None = Field(
-        None, description="Terms kept exactly as written, such as product names (in a form: a JSON list or one "
-        "term).", examples=[["Nextcloud"]])
     api_key: str | None = Field(None, description="Needed when the server has API keys (the X-API-Key header "
                                 "works too).", examples=[None])
 
@@ -212,7 +222,7 @@ class LanguagesResponse(BaseModel):
 
 # --- LibreTranslate compatibility -------------------------------------------------------------
 
-class LTTranslateRequest(BaseModel):
+class LTTranslateRequest(TermsFields):
     model_config = ConfigDict(extra="ignore")  # LibreTranslate ignores fields it does not know
 
     q: str | list[str] = Field(description="Text, or list of texts.", examples=["Hello world."])
@@ -230,15 +240,6 @@ class LTTranslateRequest(BaseModel):
     alternatives: int = Field(0, ge=0, le=MAX_BEAM - 1, description="Alternative translations to return "
                               "besides the best; alternative k of a text takes the k-th alternative of each "
                               "of its sentences.", examples=[0])
-    glossary: dict[str, str] | str | None = Field(
-        None, description="Terms the translation must use: source term -> target term (in a form: that object "
-        "as JSON). Matched as whole words, ignoring case; the target term is written as given.",
-        examples=[{"file": "Akte"}])
-    glossary_id: str | None = Field(None, description="A stored glossary (POST /v2/glossaries) of this key and "
-                                    "language pair; its entries join `glossary`'s.", examples=[None])
-    do_not_translate: list[str] | str | None = Field(
-        None, description="Terms kept exactly as written, such as product names (in a form: a JSON list or one "
-        "term).", examples=[["Nextcloud"]])
     api_key: str | None = Field(None, description="API key, when the server requires one.", examples=[None])
 
 

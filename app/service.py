@@ -261,7 +261,7 @@ class Service:
                           model: ServedModel) -> Terminology | None:
         """A request's terminology: its own glossary and do-not-translate terms, and the entries of
         the stored glossary `glossary_id` of its key (app/glossaries.py), which must be of the
-        model's language pair. A 400 says what is wrong with them; an unknown id is a 404."""
+        model's language pair. A 400 says what is wrong with them (an unknown id too)."""
         try:
             terms = inline_terminology(glossary, do_not_translate)
         except TermError as e:
@@ -269,7 +269,7 @@ class Service:
         if glossary_id:
             stored = await asyncio.to_thread(self.glossaries.get, glossary_id, owner_of(key))
             if stored is None:
-                raise ApiError(404, f"no glossary {glossary_id!r} for this API key (POST /v2/glossaries makes one)")
+                raise ApiError(400, f"no glossary {glossary_id!r} for this API key (POST /v2/glossaries makes one)")
             if (stored.source_lang, stored.target_lang) != (model.source, model.target):
                 raise ApiError(400, f"glossary {glossary_id!r} is {stored.source_lang}->{stored.target_lang}; this "
                                f"request translates {model.source}->{model.target}")

@@ -282,16 +282,17 @@ class OursProcesses:
 class HF:
     name = "hf"
 
-    def __init__(self, hf_dir: Path):
+    def __init__(self, hf_dir: Path, device: str = "cpu", dtype: torch.dtype = torch.float32):
         from transformers import MarianMTModel
         from transformers.utils import logging as hf_logging
 
         hf_logging.set_verbosity_error()
-        self.model = MarianMTModel.from_pretrained(hf_dir).eval()
+        self.device = device
+        self.model = MarianMTModel.from_pretrained(hf_dir).to(device, dtype).eval()
         self.pad = self.model.config.pad_token_id
 
     def run(self, sources: list[list[int]], beam: int, tgt_len: int):
-        ids = torch.tensor(sources)
+        ids = torch.tensor(sources, device=self.device)
         with torch.inference_mode():
             out = self.model.generate(
                 input_ids=ids, attention_mask=torch.ones_like(ids), num_beams=beam, early_stopping=True,

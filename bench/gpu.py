@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.engine import EOS, SHAPES, check_outputs, make_sources, prepare  # noqa: E402
+from bench.engine import EOS, HF, SHAPES, check_outputs, make_sources, prepare  # noqa: E402
 from model.config import ModelConfig  # noqa: E402
 from model.translator import Translator  # noqa: E402
 
@@ -51,28 +51,6 @@ class Ours:
         res = self.t.translate(sources, beam_size=beam, max_decoding_length=tgt_len, min_length=tgt_len,
                                batch_tokens=1 << 30)
         return [r.hypotheses[0].token_ids if not r.hypotheses[0].ended_with_eos else None for r in res]
-
-
-class HF:
-    name = "hf"
-
-    def __init__(self, hf_dir: Path, device: str, compute: str):
-        from transformers import MarianMTModel
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.set_verbosity_error()
-        self.device = device
-        self.model = MarianMTModel.from_pretrained(hf_dir).to(device, TORCH_DTYPES[compute]).eval()
-        self.pad = self.model.config.pad_token_id
-
-    def run(self, sources, beam: int, tgt_len: int):
-        ids = torch.tensor(sources, device=self.device)
-        with torch.inference_mode():
-            out = self.model.generate(
-                input_ids=ids, attention_mask=torch.ones_like(ids), num_beams=beam, early_stopping=True,
-                max_new_tokens=tgt_len, min_new_tokens=tgt_len, do_sample=False, length_penalty=1.0,
-                num_return_sequences=1, forced_eos_token_id=None, bad_words_ids=[[self.pad]], use_cache=True)
-        return [[t for t in row[1:] if t not in (self.pad, EOS)] for row in out.tolist()]
 
 
 class CT2:
@@ -128,7 +106,7 @@ def engine_table(args, device: str) -> list[dict]:
         print(f"CTranslate2 left out: {why_not_ct2}", file=sys.stderr)
     rows = []
     for compute in args.dtypes.split(","):
-        engines = [Ours(paths["ours"], device, compute), HF(paths["hf"], device, compute)]
+        engines = [Ours(paths["ours"], device, compute), HF(paths["hf"], device, TORCH_DTYPES[compute])]
         if why_not_ct2 is None:
             engines.append(CT2(paths["ct2"], device, compute, id_to_token))
         for batch in [int(b) for b in args.batches.split(",")]:

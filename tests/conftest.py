@@ -94,6 +94,30 @@ def ready_client(settings) -> Iterator:
         yield client
 
 
+@contextmanager
+def running_server(env: dict[str, str], ready_timeout_s: float = 90) -> Iterator[tuple[str, object]]:
+    """A real server (uvicorn, app.main:app, its workers) on a free local port with these NMT_*
+    settings over the environment's; (its URL, its Popen) once /ready says 200; stopped after."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port",
+                                str(port), "--log-level", "warning"], cwd=Path(__file__).resolve().parents[1],
+                               env={**os.environ, **env})
+    url = f"http://127.0.0.1:{port}"
+    try:  # stopped even when it never gets ready
+        wait_ready(url, [process], timeout_s=ready_timeout_s)
+        yield url, process
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            process.wait(30)
+
+
 def wait_ready(url: str, processes: list, timeout_s: float = 120) -> None:
     """Until GET {url}/ready answers 200; fails when one of `processes` (Popen) exits first."""
     import httpx

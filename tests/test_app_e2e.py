@@ -5,12 +5,9 @@ schema survives schemathesis without a 5xx, and SIGINT lets in-flight requests f
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -28,7 +25,7 @@ from app.main import create_app
 from app.settings import Settings
 from app.worker import FAULT_SLOW
 from model.translator import Translator
-from tests.conftest import wait_ready
+from tests.conftest import running_server
 
 pytestmark = pytest.mark.e2e
 
@@ -49,22 +46,13 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def server(tiny_checkpoint):
-    port = free_port()
-    env = {**os.environ, "NMT_MODEL_DIRS": str(tiny_checkpoint), "NMT_WORKERS": "2", "NMT_THREADS_PER_WORKER": "1",
+    env = {"NMT_MODEL_DIRS": str(tiny_checkpoint), "NMT_WORKERS": "2", "NMT_THREADS_PER_WORKER": "1",
            "NMT_MAX_WAIT_MS": "30", "NMT_DTYPE": "float32", "NMT_MAX_ITEMS": "8", "NMT_MAX_CHARS": "300",
            "NMT_FAULT_INJECTION": "true", "NMT_DETECT_LANGUAGES": "en,de,fr", "NMT_DETECT_PRELOAD": "true",
            "NMT_MAX_BODY_BYTES": "100000",
            "NMT_CACHE": "false"}  # faults and batching are about decoding: nothing from the cache
-    process = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1",
-                                "--port", str(port), "--log-level", "warning"], cwd=ROOT, env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:  # stopped even when it never gets ready
-        wait_ready(url, [process], timeout_s=90)
-        yield url, process
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            process.wait(30)
+    with running_server(env) as running:
+        yield running
 
 
 def test_concurrent_mixed_requests_each_get_their_own_translation(server, tiny_checkpoint):

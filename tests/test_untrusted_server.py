@@ -8,8 +8,6 @@ Run with `-s` to see the table of peak memory growth per input class (SECURITY.m
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -19,8 +17,7 @@ import httpx
 import pytest
 
 from tests import bombs
-from tests.conftest import wait_ready
-from tests.test_app_e2e import ROOT, free_port
+from tests.conftest import running_server
 from tests.test_untrusted_input import _paragraphs_docx
 
 pytestmark = pytest.mark.e2e
@@ -31,20 +28,10 @@ GROWTH_LIMIT = 400 * MB
 
 @pytest.fixture(scope="module")
 def server(tiny_sentinel_checkpoint):
-    port = free_port()
-    env = {**os.environ, "NMT_MODEL_DIRS": str(tiny_sentinel_checkpoint), "NMT_WORKERS": "1",
-           "NMT_THREADS_PER_WORKER": "1", "NMT_MAX_WAIT_MS": "2", "NMT_DETECT_LANGUAGES": "en,de",
-           "NMT_DETECT_PRELOAD": "true", "NMT_CACHE": "false"}
-    process = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1",
-                                "--port", str(port), "--log-level", "warning"], cwd=ROOT, env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(url, [process], timeout_s=90)
-        yield url, process
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            process.wait(30)
+    with running_server({"NMT_MODEL_DIRS": str(tiny_sentinel_checkpoint), "NMT_WORKERS": "1",
+                         "NMT_THREADS_PER_WORKER": "1", "NMT_MAX_WAIT_MS": "2", "NMT_DETECT_LANGUAGES": "en,de",
+                         "NMT_DETECT_PRELOAD": "true", "NMT_CACHE": "false"}) as running:
+        yield running
 
 
 def tree_rss(pid: int) -> int:

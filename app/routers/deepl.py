@@ -30,6 +30,7 @@ from app import markup
 from app.errors import ApiError
 from app.forms import read_fields
 from app.glossaries import MAX_ENTRIES, new_glossary, owner_of, parse_entries
+from app.protocol import DeepLErrorResponse
 from app.registry import language_name
 from app.routers import ServiceDep
 from app.routers.libretranslate import rebuild, translate_sentences
@@ -37,6 +38,17 @@ from app.service import Service
 from model.terms import TermError
 
 router = APIRouter(prefix="/v2", tags=["deepl"])
+
+
+def errors(*codes: int) -> dict:
+    """OpenAPI entries for the error responses of a route here, in DeepL's shape."""
+    meanings = {400: "Bad input: the message says what is wrong and what is allowed.", 403: "Key missing or wrong.",
+                404: "No such glossary for this key.", 413: "The request body is too large.",
+                429: "Too many requests for this key; retry later.", 503: "A worker failed; retry.",
+                504: "The request's deadline passed."}
+    return {code: {"model": DeepLErrorResponse, "description": meanings[code]} for code in codes}
+
+
 GlossaryId = Annotated[str, Path(description="The glossary's id, as POST /v2/glossaries returned it.",
                                  examples=["def3a26b-3e84-45b3-84ae-0c0aaf3525f7"])]
 
@@ -75,7 +87,7 @@ def deepl_code(code: str) -> str:
     return code.upper()
 
 
-@router.post("/translate", summary="Translate (DeepL-compatible)")
+@router.post("/translate", summary="Translate (DeepL-compatible)", responses=errors(400, 403, 413, 429, 503, 504))
 async def translate(request: Request, service: ServiceDep):
     fields, _ = await read_fields(request, max_fields=service.settings.max_form_fields)
     texts = fields.get("text")
@@ -116,7 +128,7 @@ async def translate(request: Request, service: ServiceDep):
                              for t, x, (m, _) in zip(translated, texts, resolved)]}
 
 
-@router.get("/languages", summary="Languages (DeepL-compatible)")
+@router.get("/languages", summary="Languages (DeepL-compatible)", responses=errors(400))
 async def languages(request: Request, service: ServiceDep,
                     type: str = Query("source", description="'source' or 'target' (DeepL's clients may send it "
                                       "as a form body instead).", examples=["target"])):
@@ -133,20 +145,21 @@ async def languages(request: Request, service: ServiceDep,
             for t in targets for code in REGIONAL_TARGETS.get(t, [deepl_code(t)])]
 
 
-@router.get("/usage", summary="Characters translated this month (DeepL-compatible)")
+@router.get("/usage", summary="Characters translated this month (DeepL-compatible)", responses=errors(403, 429))
 async def usage(request: Request, service: ServiceDep):
     key = await admit(request, service, auth_key(request))
     return {"character_count": await service.count_usage(owner_of(key), 0), "character_limit": UNLIMITED}
 
 
-@router.get("/glossary-language-pairs", summary="Language pairs a glossary can have (DeepL-compatible)")
+@router.get("/glossary-language-pairs", summary="Language pairs a glossary can have (DeepL-compatible)",
+            responses=errors(403, 429))
 async def glossary_language_pairs(request: Request, service: ServiceDep):
     await admit(request, service, auth_key(request))
     pairs = [(s, t) for s in service.registry.sources() for t in service.registry.targets(s)]
     return {"supported_languages": [{"source_lang": s, "target_lang": t} for s, t in pairs]}
 
 
-@router.post("/glossaries", status_code=201, summary="Create a glossary (DeepL-compatible)")
+@router.post("/glossaries", status_code=201, summary="Create a glossary (DeepL-compatible)", responses=errors(400, 403, 413, 429))
 async def create_glossary(request: Request, service: ServiceDep):
     fields, _ = await read_fields(request, max_fields=service.settings.max_form_fields)
     key = await admit(request, service, auth_key(request, fields))
@@ -180,26 +193,29 @@ async def _glossary(request: Request, service: Service, glossary_id: str):
     return glossary, key
 
 
-@router.get("/glossaries", summary="This key's glossaries (DeepL-compatible)")
+@router.get("/glossaries", summary="This key's glossaries (DeepL-compatible)", responses=errors(403, 429))
 async def list_glossaries(request: Request, service: ServiceDep):
     key = await admit(request, service, auth_key(request))
     found = await asyncio.to_thread(service.glossaries.list, owner_of(key))
     return {"glossaries": [g.info() for g in found]}
 
 
-@router.get("/glossaries/{glossary_id}", summary="A glossary (DeepL-compatible)")
+@router.get("/glossaries/{glossary_id}", summary="A glossary (DeepL-compatible)", responses=errors(403, 404, 429))
 async def get_glossary(glossary_id: GlossaryId, request: Request, service: ServiceDep):
     glossary, _ = await _glossary(request, service, glossary_id)
     return glossary.info()
 
 
-@router.get("/glossaries/{glossary_id}/entries", summary="A glossary's entries as TSV (DeepL-compatible)")
+@router.get("/glossaries/{glossary_id}/entries", summary="A glossary's entries as TSV (DeepL-compatible)",
+            responses={**errors(403, 404, 429), 200: {"content": {"text/tab-separated-values": {}},
+                                                      "description": "source<TAB>target, one entry a line"}})
 async def glossary_entries(glossary_id: GlossaryId, request: Request, service: ServiceDep):
     glossary, _ = await _glossary(request, service, glossary_id)
     return PlainTextResponse(glossary.tsv(), media_type="text/tab-separated-values")
 
 
-@router.delete("/glossaries/{glossary_id}", status_code=204, summary="Delete a glossary (DeepL-compatible)")
+@router.delete("/glossaries/{glossary_id}", status_code=204, summary="Delete a glossary (DeepL-compatible)",
+               responses=errors(403, 404, 429))
 async def delete_glossary(glossary_id: GlossaryId, request: Request, service: ServiceDep):
     glossary, key = await _glossary(request, service, glossary_id)
     await asyncio.to_thread(service.glossaries.delete, glossary_id, owner_of(key))

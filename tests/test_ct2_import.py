@@ -1,0 +1,97 @@
+"""CTranslate2 model directories read as our checkpoints (model/convert/ctranslate2.py): files
+written by CTranslate2's own converter from a random Hugging Face Marian model, in float32, int8,
+int16, float16 and bfloat16, decode token for token what CTranslate2 decodes from the same file
+(float32 on both sides: CTranslate2 dequantizes as we do), greedy and beam 4, and give the
+log-probabilities of its score_batch; what we do not compute is refused by name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from model.checkpoint import load_checkpoint
+from model.convert.ctranslate2 import CT2ImportError, import_ct2, read_model_bin
+from model.translator import Translator
+from tests.test_marian_parity import SOURCES, build_hf, tokenizer_files  # noqa: F401 (a fixture)
+
+ctranslate2 = pytest.importorskip("ctranslate2")
+
+QUANTIZATIONS = ["float32", "int8", "int16", "float16", "bfloat16"]
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory, tokenizer_files):  # noqa: F811
+    root = tmp_path_factory.mktemp("ct2")
+    build_hf(root / "hf", tokenizer_files, "swish", shared=True, eos_bias=-2.0)
+    out = {}
+    for q in QUANTIZATIONS:
+        ctranslate2.converters.TransformersConverter(str(root / "hf")).convert(
+            str(root / f"ct2-{q}"), quantization=None if q == "float32" else q, force=True)
+        ours = import_ct2(root / f"ct2-{q}", root / f"ours-{q}", root / "hf" / "source.spm", source_lang="en",
+                          target_lang="de")
+        out[q] = (root / f"ct2-{q}", ours)
+    return out
+
+
+def tokens(ct2_dir: Path) -> list[str]:
+    return json.loads((ct2_dir / "shared_vocabulary.json").read_text())
+
+
+@pytest.mark.parametrize("quantization", QUANTIZATIONS)
+def test_decodes_token_for_token_what_ctranslate2_decodes(converted, quantization):
+    ct2_dir, ours_dir = converted[quantization]
+    vocab = tokens(ct2_dir)
+    theirs = ctranslate2.Translator(str(ct2_dir), device="cpu", compute_type="float32")
+    ours = Translator.load(ours_dir, device="cpu", dtype="float32")
+    for beam in (1, 4):
+        expected = theirs.translate_batch([[vocab[i] for i in s] for s in SOURCES], beam_size=beam,
+                                          max_decoding_length=20)
+        got = ours.translate(SOURCES, beam_size=beam, max_decoding_length=20)
+        for e, g in zip(expected, got):
+            assert [vocab[i] for i in g.hypotheses[0].token_ids] == e.hypotheses[0]
+    assert len({tuple(r.hypotheses[0].token_ids) for r in got}) > 1  # outputs that tell the inputs apart
+
+
+@pytest.mark.parametrize("quantization", ["float32", "int8"])
+def test_log_probabilities_match_score_batch(converted, quantization):
+    ct2_dir, ours_dir = converted[quantization]
+    vocab = tokens(ct2_dir)
+    theirs = ctranslate2.Translator(str(ct2_dir), device="cpu", compute_type="float32")
+    model, _, _ = load_checkpoint(ours_dir)
+    targets = [s[:-1][::-1][:6] for s in SOURCES]  # some target token sequence per source
+    scored = theirs.score_batch([[vocab[i] for i in s] for s in SOURCES], [[vocab[i] for i in t] for t in targets])
+    c = model.config
+    for source, target, expected in zip(SOURCES, targets, scored):
+        with torch.no_grad():
+            memory, mask = model.encode(torch.tensor([source]))
+            logits, _ = model.decode(torch.tensor([[c.decoder_start_id] + target]), memory, mask)
+        log_probs = logits.log_softmax(-1)[0]
+        ours = [float(log_probs[k, t]) for k, t in enumerate(target + [c.eos_id])]
+        assert ours == pytest.approx(expected.log_probs, abs=1e-4)
+
+
+def test_the_checkpoint_says_where_it_came_from(converted):
+    _, ours_dir = converted["int8"]
+    meta = json.loads((ours_dir / "metadata.json").read_text())
+    assert meta["imported_from"]["format"] == "ctranslate2" and meta["imported_from"]["quantization"] == ["int8"]
+    assert (meta["source_lang"], meta["target_lang"]) == ("en", "de")
+
+
+def test_what_we_do_not_compute_is_refused_by_name(tmp_path, tokenizer_files):  # noqa: F811
+    build_hf(tmp_path / "hf", tokenizer_files, "gelu_new", shared=True, eos_bias=0.0)
+    ctranslate2.converters.TransformersConverter(str(tmp_path / "hf")).convert(str(tmp_path / "gelu"))
+    with pytest.raises(CT2ImportError, match="GELU with the tanh approximation"):
+        import_ct2(tmp_path / "gelu", tmp_path / "out", tmp_path / "hf" / "source.spm")
+    data = (tmp_path / "gelu" / "model.bin").read_bytes()
+    (tmp_path / "cut" / "model.bin").parent.mkdir()
+    (tmp_path / "cut" / "model.bin").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CT2ImportError, match="truncated"):
+        read_model_bin(tmp_path / "cut" / "model.bin")
+    (tmp_path / "cut" / "model.bin").write_bytes((99).to_bytes(4, "little") + data[4:])
+    with pytest.raises(CT2ImportError, match="binary version 99"):
+        read_model_bin(tmp_path / "cut" / "model.bin")
+    with pytest.raises(CT2ImportError, match="no model.bin"):
+        import_ct2(tmp_path, tmp_path / "out", tmp_path / "hf" / "source.spm")

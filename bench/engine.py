@@ -49,7 +49,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from model.checkpoint import load_checkpoint  # noqa: E402
-from model.transformer import sinusoidal_positions  # noqa: E402
 from model.translator import Translator  # noqa: E402
 
 SHAPES = {
@@ -139,60 +138,15 @@ def converted_for_ct2(ckpt: Path, workdir: Path) -> Path:
 
 
 def our_checkpoint_to_ct2(ckpt: Path, out: Path) -> Path:
-    """Write one of our checkpoints as a CTranslate2 model (fused QKV / KV layouts map 1:1)."""
-    from ctranslate2.specs import common_spec, transformer_spec
+    """Write one of our checkpoints as a CTranslate2 model (model/convert/ctranslate2.py)."""
+    from model.convert.ctranslate2 import export_ct2
 
     model, tokenizer, _ = load_checkpoint(ckpt)
     c = model.config
-    acts = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU,
-            "swish": common_spec.Activation.SWISH}
-    spec = transformer_spec.TransformerSpec.from_config(
-        (c.encoder_layers, c.decoder_layers), c.n_heads, pre_norm=c.norm == "pre", activation=acts[c.activation])
-    sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
-
-    def linear(s, name, bias=True):
-        s.weight = sd[f"{name}.weight"]
-        if bias and f"{name}.bias" in sd:
-            s.bias = sd[f"{name}.bias"]
-
-    def norm(s, name):
-        s.gamma, s.beta = sd[f"{name}.weight"], sd[f"{name}.bias"]
-
-    table = sinusoidal_positions(c.max_positions, c.d_model).numpy()
-    for side, stack, embed in (("encoder", spec.encoder, "src_embed"), ("decoder", spec.decoder, "tgt_embed")):
-        stack.scale_embeddings = model.embed_scale
-        stack.position_encodings.encodings = table
-        (stack.embeddings[0] if isinstance(stack.embeddings, list) else stack.embeddings).weight = sd[f"{embed}.weight"]
-        if c.norm == "pre":
-            norm(stack.layer_norm, f"{side}_norm")
-        for i, layer in enumerate(stack.layer):
-            p = f"{side}_layers.{i}"
-            linear(layer.self_attention.linear[0], f"{p}.self_attn.qkv_proj")
-            linear(layer.self_attention.linear[1], f"{p}.self_attn.out_proj")
-            norm(layer.self_attention.layer_norm, f"{p}.sublayers.0.norm")
-            if side == "decoder":
-                linear(layer.attention.linear[0], f"{p}.cross_attn.q_proj")
-                linear(layer.attention.linear[1], f"{p}.cross_attn.kv_proj")
-                linear(layer.attention.linear[2], f"{p}.cross_attn.out_proj")
-                norm(layer.attention.layer_norm, f"{p}.sublayers.1.norm")
-            linear(layer.ffn.linear_0, f"{p}.ffn.w1")
-            linear(layer.ffn.linear_1, f"{p}.ffn.w2")
-            norm(layer.ffn.layer_norm, f"{p}.sublayers.{2 if side == 'decoder' else 1}.norm")
-    linear(spec.decoder.projection, "output_proj")
-
-    src_tokens = pieces(c.src_vocab_size, tokenizer.source_pieces_by_id, tokenizer.source_sp)
-    tgt_tokens = pieces(c.tgt_vocab_size, tokenizer.target_pieces_by_id, tokenizer.target_sp)
-    spec.register_source_vocabulary(src_tokens)
-    spec.register_target_vocabulary(tgt_tokens)
-    spec.config.bos_token = tgt_tokens[c.bos_id]
-    spec.config.eos_token = tgt_tokens[c.eos_id]
-    spec.config.unk_token = tgt_tokens[c.unk_id]
-    spec.config.decoder_start_token = tgt_tokens[c.decoder_start_id]
-    spec.validate()
-    spec.optimize(quantization=None)
-    out.mkdir(parents=True, exist_ok=True)
-    spec.save(str(out))
-    return out
+    # the benchmark hands CTranslate2 sources with their </s> already: it must not add another
+    return export_ct2(model, pieces(c.src_vocab_size, tokenizer.source_pieces_by_id, tokenizer.source_sp),
+                      pieces(c.tgt_vocab_size, tokenizer.target_pieces_by_id, tokenizer.target_sp), out,
+                      add_source_eos=False)
 
 
 # ---- the engines ----------------------------------------------------------------------------

@@ -45,6 +45,8 @@ class ModelConfig:
     eos_id: int = 2
     unk_id: int = 3
     decoder_start_id: int = 1  # first decoder input; Marian models use pad_id here
+    source_eos: bool = True  # EOS ends every source (OpenNMT-py's models, as Argos ships them, have none)
+    position_table: bool = False  # positions stored with the weights (an imported model's own table), not computed
 
     def __post_init__(self):
         if self.d_model % self.n_heads:

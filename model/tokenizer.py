@@ -51,13 +51,13 @@ class Tokenizer:
         return cls(d / "source.spm", d / "target.spm", config, *vocabs)
 
     def encode_source(self, text: str) -> list[int]:
-        """Source ids, EOS-terminated."""
+        """Source ids, EOS-terminated (unless the model was trained without: config.source_eos)."""
         if self.source_vocab is None:
             ids = self.source_sp.encode(text)
         else:
             unk = self.config.unk_id
             ids = [self.source_vocab.get(p, unk) for p in self.source_sp.encode(text, out_type=str)]
-        return ids + [self.config.eos_id]
+        return ids + [self.config.eos_id] if self.config.source_eos else ids
 
     def encode_target(self, text: str) -> list[int]:
         """Target ids without BOS/EOS (for training and teacher forcing)."""

@@ -229,7 +229,9 @@ class Transformer(nn.Module):
         self.attention_fn = attention_fn
         self.src_embed = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=c.pad_id)
         self.tgt_embed = self.src_embed if c.share_embeddings else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=c.pad_id)
-        self.register_buffer("positions", sinusoidal_positions(c.max_positions, c.d_model), persistent=False)
+        # section 3.5's sinusoids, or (position_table) a table the checkpoint stores: an imported model's own
+        self.register_buffer("positions", sinusoidal_positions(c.max_positions, c.d_model),
+                             persistent=c.position_table)
         self.encoder_layers = nn.ModuleList(EncoderLayer(c) for _ in range(c.encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(c, attention_fn) for _ in range(c.decoder_layers))
         # pre-norm stacks end with a LayerNorm; post-norm layers already end with one

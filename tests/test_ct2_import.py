@@ -95,3 +95,66 @@ def test_what_we_do_not_compute_is_refused_by_name(tmp_path, tokenizer_files):  
         read_model_bin(tmp_path / "cut" / "model.bin")
     with pytest.raises(CT2ImportError, match="no model.bin"):
         import_ct2(tmp_path, tmp_path / "out", tmp_path / "hf" / "source.spm")
+
+
+def interleaved_positions(n: int, d: int) -> torch.Tensor:
+    """OpenNMT-py's table: sines at even dimensions, cosines at odd ones (not our halves)."""
+    position = torch.arange(n, dtype=torch.float64)[:, None]
+    angles = position * torch.exp(-torch.arange(0, d, 2, dtype=torch.float64) * (torch.log(torch.tensor(10000.0)) / d))
+    table = torch.zeros(n, d, dtype=torch.float64)
+    table[:, 0::2], table[:, 1::2] = torch.sin(angles), torch.cos(angles)
+    return table.float()
+
+
+def test_an_opennmt_py_shaped_model_as_argos_ships_it(tmp_path):
+    """Pre-norm, ReLU, OpenNMT-py's interleaved position table stored in the file, <blank> padding,
+    <s> to start, and sources without </s> (add_source_eos false): written with CTranslate2's spec
+    classes, read back, and decoded as CTranslate2 decodes it."""
+    from model.config import ModelConfig
+    from model.convert.ctranslate2 import export_ct2
+    from model.transformer import Transformer
+    from tests.conftest import train_tiny_spm
+
+    torch.manual_seed(3)
+    config = ModelConfig(src_vocab_size=60, tgt_vocab_size=60, d_model=32, n_heads=4, d_ff=64, encoder_layers=2,
+                         decoder_layers=2, norm="pre", activation="relu", share_embeddings=True, dropout=0.0,
+                         max_positions=64, pad_id=0, unk_id=1, bos_id=2, eos_id=3, decoder_start_id=2,
+                         source_eos=False, position_table=True)
+    model = Transformer(config).eval()
+    with torch.no_grad():
+        model.positions.copy_(interleaved_positions(64, 32))
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.mul_(3.0)  # peaked outputs: fewer near-ties between the engines
+    vocab = ["<blank>", "<unk>", "<s>", "</s>"] + [f"\u2581t{i}" for i in range(56)]
+    export_ct2(model, vocab, vocab, tmp_path / "ct2", add_source_eos=False)
+    spm_path = train_tiny_spm(tmp_path / "spm")
+    ours_dir = import_ct2(tmp_path / "ct2", tmp_path / "ours", spm_path)
+    imported = json.loads((ours_dir / "config.json").read_text())
+    assert imported["position_table"] and not imported["source_eos"] and imported["norm"] == "pre"
+    ours = Translator.load(ours_dir, device="cpu", dtype="float32")
+    theirs = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", compute_type="float32")
+    sources = [[i for i in s[:-1] if i >= 4][:10] or [5] for s in SOURCES]  # no </s>: the file says so
+    sources = [[min(i, 59) for i in s] for s in sources]
+    expected = theirs.translate_batch([[vocab[i] for i in s] for s in sources], beam_size=1, max_decoding_length=20)
+    got = ours.translate(sources, beam_size=1, max_decoding_length=20)
+    assert [[vocab[i] for i in g.hypotheses[0].token_ids] for g in got] == [e.hypotheses[0] for e in expected]
+    # the model computes what CTranslate2 computes: the log-probabilities of score_batch
+    model, _, _ = load_checkpoint(ours_dir)
+    targets = [[vocab[i] for i in g.hypotheses[0].token_ids][:8] for g in got]
+    for source, target, scored in zip(sources, targets, theirs.score_batch([[vocab[i] for i in s] for s in sources],
+                                                                           targets)):
+        ids = [vocab.index(t) for t in target]
+        with torch.no_grad():
+            memory, mask = model.encode(torch.tensor([source]))
+            logits, _ = model.decode(torch.tensor([[config.decoder_start_id] + ids]), memory, mask)
+        log_probs = logits.log_softmax(-1)[0]
+        assert [float(log_probs[k, t]) for k, t in enumerate(ids + [config.eos_id])] == \
+            pytest.approx(scored.log_probs, abs=1e-4)
+    # beam 4: the same best hypothesis for most; where a short finished hypothesis and a longer one are
+    # close, our search (Hugging Face's stopping rule) and CTranslate2's can keep different ones
+    expected = theirs.translate_batch([[vocab[i] for i in s] for s in sources], beam_size=4, max_decoding_length=20)
+    got = ours.translate(sources, beam_size=4, max_decoding_length=20)
+    same = sum([vocab[i] for i in g.hypotheses[0].token_ids] == e.hypotheses[0] for g, e in zip(got, expected))
+    assert same >= len(sources) - 1
+    assert ours.tokenizer.encode_source("Open the file.")[-1] != config.eos_id  # text gets no </s> either

@@ -22,8 +22,10 @@ float32, and the checkpoint stores float32 (or what --dtype asks).
 
 Every TransformerSpec variable maps onto one of ours with its shape asserted, or the import is
 refused with a message naming the feature and the file: relative positions, rotary, ALiBi,
-multi-query attention, a LayerNorm on the embeddings, merged embeddings, a position table that is
-not our sinusoids, an activation we do not have.
+multi-query attention, a LayerNorm on the embeddings, merged embeddings, an activation we do not
+have. A stored position table other than our sinusoids (OpenNMT-py's interleave sines and
+cosines; learned ones) is kept in the checkpoint (`position_table`), and a model whose sources
+carry no </s> (`add_source_eos` false, as OpenNMT-py trains) gets none (`source_eos`).
 
 Marian's zero vector as the first decoder input (`start_from_zero_embedding`, what CTranslate2's
 converters write for OPUS-MT models) becomes a token of our own: a target vocabulary row appended
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -213,8 +216,8 @@ def refusals(model: CT2Model) -> list[str]:
 def our_config(model: CT2Model, max_positions: int = 1024) -> ModelConfig:
     v = model.variables
     problems = refusals(model)
-    encoder_layers = len({n.split("/")[1] for n in v if n.startswith("encoder/layer_")})
-    decoder_layers = len({n.split("/")[1] for n in v if n.startswith("decoder/layer_")})
+    encoder_layers = len({m.group(1) for n in v if (m := re.match(r"encoder/layer_(\d+)/", n))})
+    decoder_layers = len({m.group(1) for n in v if (m := re.match(r"decoder/layer_(\d+)/", n))})
     src_embed = "encoder/embeddings_0/weight" if "encoder/embeddings_0/weight" in v else "encoder/embeddings/weight"
     if src_embed not in v or "decoder/embeddings/weight" not in v:
         problems.append("no encoder or decoder embedding")
@@ -247,6 +250,8 @@ def our_config(model: CT2Model, max_positions: int = 1024) -> ModelConfig:
         torch.equal(v[src_embed], v["decoder/embeddings/weight"])
     extra = 1 if zero_start(model) else 0
     table = v.get("encoder/position_encodings/encodings")
+    if table is not None and not torch.equal(table, v.get("decoder/position_encodings/encodings", table)):
+        raise CT2ImportError(f"{model.path}: the encoder and the decoder have different position tables")
     max_positions = table.shape[0] if table is not None else max_positions
     return ModelConfig(
         src_vocab_size=len(model.source_vocabulary) + (extra if share else 0),
@@ -257,7 +262,10 @@ def our_config(model: CT2Model, max_positions: int = 1024) -> ModelConfig:
         share_embeddings=share, tie_output=False, output_bias="decoder/projection/bias" in v or bool(extra),
         scale_embedding=scale not in (0, 1),
         dropout=0.0, max_positions=max_positions, pad_id=target[pad], bos_id=target.get(tokens["bos"], target[start]),
-        eos_id=target[tokens["eos"]], unk_id=target[tokens["unk"]], decoder_start_id=target[start])
+        eos_id=target[tokens["eos"]], unk_id=target[tokens["unk"]], decoder_start_id=target[start],
+        # Marian appends </s> to every source whatever the file says (its tokenizer does); others as configured
+        source_eos=zero_start(model) or bool(model.config.get("add_source_eos", False)),
+        position_table=table is not None and not is_sinusoidal(table, d_model))
 
 
 ZERO_START = "<zero-start>"  # the target token standing for Marian's zero start vector
@@ -265,6 +273,13 @@ ZERO_START = "<zero-start>"  # the target token standing for Marian's zero start
 
 def zero_start(model: CT2Model) -> bool:
     return bool(model.scalar("decoder/start_from_zero_embedding", "start_from_zero_embedding", default=0))
+
+
+def is_sinusoidal(table: torch.Tensor, d_model: int) -> bool:
+    """Whether a stored position table is our sinusoids (a half-precision copy of them included)."""
+    tolerance = 1e-4 if table.dtype == torch.float32 else 1e-2
+    return table.shape[1] == d_model and torch.allclose(table.float(), sinusoidal_positions(table.shape[0], d_model),
+                                                        atol=tolerance)
 
 
 def weight_plan(c: ModelConfig) -> dict[str, str]:
@@ -327,14 +342,9 @@ def convert_weights(model: CT2Model, c: ModelConfig) -> dict[str, torch.Tensor]:
             continue
         if tuple(out[ours].shape) != tuple(expected[ours]):
             problems.append(f"{theirs}: shape {tuple(out[ours].shape)}, expected {tuple(expected[ours])}")
-    for side in ("encoder", "decoder"):
-        table = v.get(f"{side}/position_encodings/encodings")
-        if table is not None:
-            ours = sinusoidal_positions(table.shape[0], c.d_model)
-            tolerance = 1e-4 if table.dtype == torch.float32 else 1e-2  # a half-precision copy of the table
-            if table.shape[1] != c.d_model or not torch.allclose(table.float(), ours, atol=tolerance):
-                problems.append(f"{side}/position_encodings is a table other than our sinusoids (learned or "
-                                "interleaved positions are not supported yet)")
+    if c.position_table:
+        out["positions"] = v["encoder/position_encodings/encodings"].float()
+    problems += [f"nothing in the file for our {name}" for name in expected if name not in out]
     if problems:
         raise CT2ImportError(f"{model.path / 'model.bin'}: " + "; ".join(problems[:12]))
     return out
@@ -384,6 +394,62 @@ def import_ct2(ct2_dir: str | Path, out_dir: str | Path, source_spm: str | Path,
     save_checkpoint(Path(out_dir), ours, Path(source_spm), Path(target_spm or source_spm), metadata,
                     source_vocab=vocab, target_vocab=target_vocab, dtype=dtype)
     return Path(out_dir)
+
+
+def export_ct2(model: Transformer, source_tokens: list[str], target_tokens: list[str], out: str | Path,
+               add_source_eos: bool | None = None) -> Path:
+    """Write one of our models as a CTranslate2 TransformerSpec directory (fused QKV and KV
+    layouts map 1:1): for benchmarks against CTranslate2, and for tests of the reader on files
+    CTranslate2's own spec classes write. Needs the `ctranslate2` package."""
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    c = model.config
+    acts = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU,
+            "swish": common_spec.Activation.SWISH}
+    spec = transformer_spec.TransformerSpec.from_config(
+        (c.encoder_layers, c.decoder_layers), c.n_heads, pre_norm=c.norm == "pre", activation=acts[c.activation])
+    sd = {k: t.detach().float().numpy() for k, t in model.state_dict().items()}
+
+    def linear(s, name):
+        s.weight = sd[f"{name}.weight"]
+        if f"{name}.bias" in sd:
+            s.bias = sd[f"{name}.bias"]
+
+    def norm(s, name):
+        s.gamma, s.beta = sd[f"{name}.weight"], sd[f"{name}.bias"]
+
+    for side, stack, embed in (("encoder", spec.encoder, "src_embed"), ("decoder", spec.decoder, "tgt_embed")):
+        stack.scale_embeddings = model.embed_scale
+        stack.position_encodings.encodings = model.positions.float().numpy()
+        (stack.embeddings[0] if isinstance(stack.embeddings, list) else stack.embeddings).weight = sd[f"{embed}.weight"]
+        if c.norm == "pre":
+            norm(stack.layer_norm, f"{side}_norm")
+        for i, layer in enumerate(stack.layer):
+            p = f"{side}_layers.{i}"
+            linear(layer.self_attention.linear[0], f"{p}.self_attn.qkv_proj")
+            linear(layer.self_attention.linear[1], f"{p}.self_attn.out_proj")
+            norm(layer.self_attention.layer_norm, f"{p}.sublayers.0.norm")
+            if side == "decoder":
+                linear(layer.attention.linear[0], f"{p}.cross_attn.q_proj")
+                linear(layer.attention.linear[1], f"{p}.cross_attn.kv_proj")
+                linear(layer.attention.linear[2], f"{p}.cross_attn.out_proj")
+                norm(layer.attention.layer_norm, f"{p}.sublayers.1.norm")
+            linear(layer.ffn.linear_0, f"{p}.ffn.w1")
+            linear(layer.ffn.linear_1, f"{p}.ffn.w2")
+            norm(layer.ffn.layer_norm, f"{p}.sublayers.{2 if side == 'decoder' else 1}.norm")
+    linear(spec.decoder.projection, "output_proj")
+    spec.register_source_vocabulary(source_tokens)
+    spec.register_target_vocabulary(target_tokens)
+    spec.config.bos_token = target_tokens[c.bos_id]
+    spec.config.eos_token = target_tokens[c.eos_id]
+    spec.config.unk_token = target_tokens[c.unk_id]
+    spec.config.decoder_start_token = target_tokens[c.decoder_start_id]
+    spec.config.add_source_eos = c.source_eos if add_source_eos is None else add_source_eos
+    spec.validate()
+    spec.optimize(quantization=None)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    spec.save(str(out))
+    return Path(out)
 
 
 def _command(args: argparse.Namespace) -> None:

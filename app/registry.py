@@ -8,6 +8,9 @@ language detector (app/language.py) serves POST /detect and source 'auto'.
 from __future__ import annotations
 
 import hashlib
+import json
+import subprocess
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -69,6 +72,19 @@ class ServedModel:
         return {k: config[k] for k in keys}
 
 
+def as_checkpoints(entries: list[str], cache: str) -> list[str]:
+    """Our checkpoint directories for NMT_MODEL_DIRS's entries. Anything else (Argos packages) is
+    converted by model/convert/argos.py in a child process, since converting needs torch, which
+    this process never imports."""
+    if all((Path(e).expanduser() / "model.safetensors").is_file() for e in entries):
+        return entries
+    run = subprocess.run([sys.executable, "-m", "model.convert.argos", "--cache", str(Path(cache).expanduser()),
+                          *entries], capture_output=True, text=True)
+    if run.returncode != 0:
+        raise CheckpointError(f"NMT_MODEL_DIRS: {run.stderr.strip()[-2000:]}")
+    return json.loads(run.stdout)
+
+
 def load_model(directory: str | Path) -> ServedModel:
     try:
         header = read_header(directory)
@@ -100,10 +116,13 @@ class Registry:
         self.detector = detector  # None: language detection is off (tests of everything else)
 
     @classmethod
-    def load(cls, directories: list[str], detector: LanguageDetector | None = None) -> Registry:
+    def load(cls, directories: list[str], detector: LanguageDetector | None = None,
+             cache: str = "~/.cache/nmt/models") -> Registry:
+        """The models NMT_MODEL_DIRS names: our checkpoints, or Argos packages (folders, .argosmodel
+        files, folders of them, `argos` for the installed ones), converted once into `cache`."""
         if not directories:
             raise CheckpointError("no model directories given (NMT_MODEL_DIRS)")
-        return cls([load_model(d) for d in directories], detector)
+        return cls([load_model(d) for d in as_checkpoints(directories, cache)], detector)
 
     def sources(self) -> list[str]:
         return sorted({m.source for m in self.models.values()})

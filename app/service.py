@@ -105,7 +105,7 @@ class Service:
         detector = None if s.detect_languages == ["none"] else LanguageDetector(s.detect_languages,
                                                                                  s.detect_low_accuracy,
                                                                                  s.detect_preload)
-        self.registry = Registry.load(s.model_dirs, detector)
+        self.registry = await asyncio.to_thread(Registry.load, s.model_dirs, detector, s.model_cache)
         if s.cache:
             self.cache = TranslationCache(self.storage, s.cache_ttl_s,
                                           {model_id: model.fingerprint for model_id, model in self.registry.models.items()})

@@ -27,8 +27,12 @@ def _split(value):
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="NMT_", extra="ignore")
 
-    model_dirs: CommaList = Field(["checkpoints/en-de"], description="Checkpoint directories to serve, one per "
-                                  "language pair; the model id is '<source_lang>-<target_lang>' from metadata.json.")
+    model_dirs: CommaList = Field(["checkpoints/en-de"], description="What to serve, one model per language pair: "
+                                  "checkpoint directories, Argos Translate packages (folders or .argosmodel files), "
+                                  "folders of packages, or 'argos' (ARGOS_PACKAGES_DIR, else Argos's default "
+                                  "folder); the model id is '<source>-<target>'.")
+    model_cache: str = Field("~/.cache/nmt/models", description="Where Argos packages named in NMT_MODEL_DIRS are "
+                             "converted to (once per package content; a changed package is converted again).")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="'auto' takes CUDA when available.")
     dtype: Literal["auto", "float32", "float16", "bfloat16", "int8"] = Field(
         "auto", description="Weights and activations dtype. auto: bfloat16 on CUDA GPUs from Ampere on and CPUs "

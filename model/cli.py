@@ -1,5 +1,5 @@
-"""`nmt` subcommands of the model package: translate, import-marian, import-ct2. The console script
-(app/cli.py) adds the offline tooling's (training/) and `serve`."""
+"""`nmt` subcommands of the model package: translate, import-marian, import-ct2, import-argos. The
+console script (app/cli.py) adds the offline tooling's (training/) and `serve`."""
 
 from __future__ import annotations
 
@@ -89,10 +89,11 @@ def register(subparsers) -> None:
     p.set_defaults(func=translate_command)
 
     # the other model commands live beside the code they drive
-    from model.convert import ctranslate2, marian
+    from model.convert import argos, ctranslate2, marian
 
     marian.register(subparsers)
     ctranslate2.register(subparsers)
+    argos.register(subparsers)
 
 
 def build_parser():

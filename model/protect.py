@@ -305,3 +305,73 @@ def repair(source_pieces: list[str], target_pieces: list[str], attention: np.nda
             result.pieces.append(target_pieces[t])
             result.rows.append(t)
     return result
+
+
+# --- models without sentinel pieces: spans taken out, put back where the attention points ----------
+
+@dataclass
+class Stripped:
+    """A text for a model without sentinel pieces (an imported one): its spans taken out, with
+    where each stood, to be put back into the translation where the cross-attention points
+    (`place`; Bergamot places HTML tags so)."""
+
+    text: str  # the text without its spans
+    spans: list[str] = field(default_factory=list)  # as written
+    at: list[int] = field(default_factory=list)  # per span: the offset in `text` where it stood
+    glued: list[tuple[bool, bool]] = field(default_factory=list)  # per span: touching the word before / after
+
+
+def take_out(text: str, foreign: Callable[[str], bool] | None = None) -> Stripped:
+    """The text without its spans (a space left where two spaces would meet)."""
+    out, spans, at, glued, pos = [], [], [], [], 0
+    for a, b in find_spans(text, foreign):
+        out.append(text[pos:a])
+        kept = "".join(out)
+        # touching a word ("<b>Print", "Print</b>"); punctuation beside a span ("(%2)") may not
+        # be beside it in the translation, so it does not count
+        before_glued = a > 0 and text[a - 1].isalnum()
+        after_glued = b < len(text) and text[b].isalnum()
+        spans.append(text[a:b])
+        at.append(len(kept))
+        glued.append((before_glued, after_glued))
+        pos = b
+        if kept.endswith(" ") and text[b:b + 1] == " ":  # "Open %s now" -> "Open now", not "Open  now"
+            pos += 1
+    out.append(text[pos:])
+    return Stripped("".join(out), spans, at, glued)
+
+
+def place(stripped: Stripped, source_starts: list[int], target_pieces: list[str], weights: np.ndarray,
+          decode: Callable[[list[str]], str]) -> str:
+    """The translation (its pieces) with each span of the source put back before the target piece
+    that attends most to the source piece at the span's position; a span that ended the source
+    ends the translation. source_starts: each source piece's offset in stripped.text (EOS last,
+    at len(text)); weights: (target rows, source pieces) attention, e.g. the mean over layers and
+    heads; decode: pieces -> text."""
+    before: dict[int, list[int]] = {}  # target piece index (len: the end) -> spans put before it
+    for k, offset in enumerate(stripped.at):
+        column = next((j for j, start in enumerate(source_starts) if start >= offset), len(source_starts) - 1)
+        at_end = offset >= len(stripped.text.rstrip()) or not target_pieces or weights.shape[0] == 0
+        row = len(target_pieces) if at_end else int(weights[: len(target_pieces), column].argmax())
+        before.setdefault(row, []).append(k)
+    text, start, glue = "", 0, False  # glue: what was written last takes the next piece without a space
+    apart = False  # the span written last stood apart from the word after it
+    for row in sorted(before) + [None]:
+        end = len(target_pieces) if row is None else row
+        if end > start:
+            chunk = decode(target_pieces[start:end])
+            spaced = text and not text.endswith(" ") and not glue and (
+                target_pieces[start].startswith("\u2581") or apart and chunk[:1].isalnum())
+            text += (" " if spaced else "") + chunk
+            apart = False
+        start = end
+        if row is None:
+            break
+        for k in before[row]:
+            glued_before, glued_after = stripped.glued[k]
+            if text and not text.endswith(" ") and not glued_before:
+                text += " "  # spaced from the word before, as in the source
+            text += stripped.spans[k]
+            glue = glued_after  # "<b>Drucken": the next word follows without its space
+            apart = not glued_after  # "https://x.org jetzt", never "https://x.orgjetzt"
+    return text

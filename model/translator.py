@@ -54,6 +54,19 @@ def auto_dtype(device: str | torch.device) -> str:
     return "bfloat16" if torch.cpu._is_avx512_bf16_supported() else "float32"
 
 
+def piece_starts(pieces: list[str]) -> list[int]:
+    """Each SentencePiece piece's offset in the text it spells ("▁" a space, the first one the
+    dummy prefix; </s> at the end; a byte piece counted as one character)."""
+    starts, length = [], 0
+    for piece in pieces:
+        if piece == "</s>":
+            starts.append(max(length - 1, 0))
+            continue
+        starts.append(max(length - 1 + (1 if piece.startswith("\u2581") else 0), 0))
+        length += 1 if piece.startswith("<0x") else len(piece)
+    return starts
+
+
 class Translator:
     def __init__(self, model: Transformer, tokenizer: Tokenizer, metadata: dict | None = None,
                  decoder: IncrementalDecoder | None = None, select_fn: SelectFn = select,
@@ -155,6 +168,13 @@ class Translator:
         if not 1 <= n_best <= beam_size:
             raise ValueError(f"n_best must be between 1 and beam_size={beam_size}, got {n_best}")
         masked = [self.mask(s, terms) if isinstance(s, str) else None for s in sources]
+        # a model without sentinel pieces reads text without its spans; they go back by the attention
+        stripped: list[protect.Stripped | None] = [None] * len(sources)
+        if not self.tokenizer.has_sentinels:
+            for i, m in enumerate(masked):
+                found = protect.take_out(m.text, self.tokenizer.cannot_spell) if m else None
+                if found and found.spans:
+                    stripped[i], masked[i] = found, protect.Masked(found.text)
         ids = [self.tokenizer.encode_source(m.text) if m else list(s) for m, s in zip(masked, sources)]
         for i, x in enumerate(ids):
             if not 1 <= len(x) <= self.max_source_tokens:
@@ -167,7 +187,7 @@ class Translator:
         shouting = [False] * len(ids)
         for i, x in enumerate(ids):
             text = masked[i].text if masked[i] else self.tokenizer.decode_source(x)
-            marks[i] = accelerators.find(text)
+            marks[i] = accelerators.find(text) if stripped[i] is None else None
             read = marks[i].text if marks[i] else text
             shouting[i] = casing.is_shouting(read)
             if shouting[i]:
@@ -187,7 +207,7 @@ class Translator:
         def run(batch: list[int]):
             # a repair places a missing span, and an accelerator mark is placed, by the attention,
             # so it is computed where spans or marks are
-            attention = return_attention or any(self.has_sentinel(ids[i]) or marks[i] for i in batch)
+            attention = return_attention or any(self.has_sentinel(ids[i]) or marks[i] or stripped[i] for i in batch)
             return self.translate_ids([ids[i] for i in batch], beam_size, n_best, length_penalty,
                                       max_decoding_length, attention, min_length)
 
@@ -199,7 +219,8 @@ class Translator:
         results: list[TranslationResult | None] = [None] * len(ids)
         for batch, hyps in zip(batches, outputs):
             for i, h in zip(batch, hyps):
-                results[i] = self.to_result(ids[i], h, return_attention, masked[i], shouting[i], marks[i])
+                results[i] = self.to_result(ids[i], h, return_attention, masked[i], shouting[i], marks[i],
+                                            stripped[i])
                 if terms and masked[i] is not None:  # the repair puts every masked term in (protect.repair)
                     found = {m.entry for m in terms.find(clean_text(sources[i]))}
                     results[i].terms = report(terms, found, set(masked[i].terms.values()))
@@ -232,11 +253,13 @@ class Translator:
 
     def to_result(self, source_ids: list[int], hyps, return_attention: bool,
                   masked: protect.Masked | None = None, shouting: bool = False,
-                  marked: accelerators.Marked | None = None) -> TranslationResult:
+                  marked: accelerators.Marked | None = None,
+                  stripped: protect.Stripped | None = None) -> TranslationResult:
         """Hypotheses as text; each holds the source's sentinels once (protect.repair), gets the
         source's accelerator mark back (`marked`), is written in capitals when the source was
         (`shouting`; its spans keep their case), and with `masked` (the source was text) has its
-        spans put back."""
+        spans put back; `stripped` (a model without sentinels): the spans taken out of the source
+        go back where the attention points (protect.place)."""
         tok = self.tokenizer
         source_pieces = tok.source_pieces(source_ids)
         result = TranslationResult(source_tokens=source_pieces)
@@ -256,6 +279,10 @@ class Translator:
                 t.text = accelerators.place(t.text, text_pieces, text_attention, source_pieces, marked)
             if shouting:
                 t.text = casing.shout(t.text)  # sentinels have no case: the spans come back as written
+            if stripped is not None:
+                weights = h.attention.float().mean(dim=(0, 1)).cpu().numpy()  # (target rows, source pieces)
+                decode = (lambda p: casing.shout(tok.decode_pieces(p))) if shouting else tok.decode_pieces
+                t.text = protect.place(stripped, piece_starts(source_pieces), pieces, weights, decode)
             if return_attention:
                 # the rows are the model's steps: the pieces it wrote, before any repair of the text
                 t.attention = h.attention.float().cpu()

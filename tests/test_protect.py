@@ -1,11 +1,13 @@
 """Protected spans (model/protect.py): what is found, masking both ways, and the repair."""
 
 import random
+from collections import Counter
 
 import numpy as np
 
 from model import protect
 from model.protect import mask, mask_pair, repair, sentinel, spans, unmask
+from model.translator import Translator
 
 S = [sentinel(k) for k in range(4)]
 
@@ -149,3 +151,36 @@ def test_words_the_vocabulary_cannot_spell_are_spans():
     assert protect.foreign_words("plain text", foreign) == []
     # a URL holding such a character stays one span, as the pattern found it
     assert protect.spans("see https://x.y/café now", foreign) == ["https://x.y/café"]
+
+
+# --- models without sentinel pieces: strip and place ------------------------------------------
+
+def test_strip_takes_spans_out_and_says_where_they_stood():
+    s = protect.take_out("Click <b>Print</b> to open %s now.")
+    assert s.text == "Click Print to open now."
+    assert s.spans == ["<b>", "</b>", "%s"]
+    assert s.at == [6, 11, 20]  # "Print" starts at 6; after it 11; "now" at 20
+    assert s.glued == [(False, True), (True, False), (False, False)]
+
+
+def test_place_puts_each_span_before_the_piece_that_attends_to_its_position():
+    s = protect.take_out("Click <b>Print</b> now.")  # text "Click Print now."
+    source_starts = [0, 6, 12, 15, 16]  # ▁Click ▁Print ▁now . </s>
+    target = ["▁Klicken", "▁Sie", "▁jetzt", "▁auf", "▁Drucken", "."]
+    weights = np.zeros((len(target), len(source_starts)))
+    weights[0, 0] = weights[1, 0] = weights[4, 1] = weights[2, 2] = weights[3, 2] = weights[5, 3] = 1.0
+    text = protect.place(s, source_starts, target, weights, lambda p: "".join(p).replace("▁", " ").strip())
+    assert text == "Klicken Sie <b>jetzt auf Drucken</b>." or text.count("<b>") == 1
+    assert text.count("<b>") == 1 and text.count("</b>") == 1
+    end = protect.take_out("Save %s")
+    assert protect.place(end, [0, 5], ["▁Speichern"], np.ones((1, 2)),
+                         lambda p: "".join(p).replace("▁", " ").strip()) == "Speichern %s"
+
+
+def test_a_model_without_sentinels_returns_every_span(tiny_checkpoint):
+    translator = Translator.load(tiny_checkpoint, device="cpu", dtype="float32")
+    assert not translator.tokenizer.has_sentinels
+    sources = ["Click <b>Print</b> to print %s.", "Open {file} in https://example.org now", "Hello world."]
+    for source, result in zip(sources, translator.translate(sources)):
+        text = result.hypotheses[0].text
+        assert Counter(protect.spans(text)) == Counter(protect.spans(source)), (source, text)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from collections import Counter
@@ -69,6 +70,32 @@ def span_scores(sources: list[str], results: list[TranslationResult]) -> dict | 
             **{f"sentences_{kind}": round(100 * s / sentences, 2) for kind, (_, s) in kept.items()}}
 
 
+def neighbours(text: str) -> list[tuple[str, str, str]]:
+    """Each protected span of a text with the words on either side of it ("" at the ends)."""
+    out = []
+    for a, b in protect.find_spans(text):
+        left, right = re.findall(r"\w+", text[:a]), re.findall(r"\w+", text[b:])
+        out.append((text[a:b], left[-1] if left else "", right[0] if right else ""))
+    return out
+
+
+def placement(hypotheses: list[str], references: list[str]) -> dict | None:
+    """Spans placed as in the reference: the same words on both sides of the span (the k-th
+    occurrence of a span text matched with the k-th); None when no reference has a span."""
+    total = placed = 0
+    for hyp, ref in zip(hypotheses, references):
+        wanted = neighbours(ref)
+        found: dict[str, list[tuple[str, str]]] = {}
+        for span, left, right in neighbours(hyp):
+            found.setdefault(span, []).append((left, right))
+        for span, left, right in wanted:
+            total += 1
+            options = found.get(span, [])
+            if options:
+                placed += options.pop(0) == (left, right)
+    return {"spans": total, "placed_as_reference": round(100 * placed / total, 2)} if total else None
+
+
 def evaluate_set(translator: Translator, sources: list[str], references: list[str], beam: int,
                  batch_tokens: int) -> tuple[dict, list[str]]:
     start = time.perf_counter()
@@ -80,6 +107,7 @@ def evaluate_set(translator: Translator, sources: list[str], references: list[st
     spans = span_scores(sources, results)
     if spans:
         row["protected_spans"] = spans
+        row["protected_spans"].update(placement(hyps, references) or {})
     return row, hyps
 
 
@@ -91,22 +119,27 @@ def markdown_table(rows: list[dict]) -> str:
     if spans:
         lines += ["", "Protected spans (placeholders, tags, URLs) in the best hypothesis, exactly as in the source:", "",
                   "| set | beam | sentences with spans | spans | spans back (returned) | sentences all back (returned) "
-                  "| spans back (model alone) | sentences all back (model alone) |", "|---|---|---|---|---|---|---|---|"]
+                  "| spans back (model alone) | sentences all back (model alone) | placed as in the reference |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for r in spans:
             s = r["protected_spans"]
             lines.append(f"| {r['set']} | {r['beam']} | {s['sentences_with_spans']} | {s['spans']} | "
                          f"{s['spans_returned']:.2f}% | {s['sentences_returned']:.2f}% | {s['spans_model']:.2f}% | "
-                         f"{s['sentences_model']:.2f}% |")
+                         f"{s['sentences_model']:.2f}% | {s.get('placed_as_reference', 0):.2f}% |")
     return "\n".join(lines)
 
 
 def evaluate(model_dir: str, data_dir: str, sets: list[str], beams: list[int], limit: int | None = None,
              threads: int = 2, batch_tokens: int = 4096, hyp_dir: str | None = None,
-             dtype: str = "float32", capitals: bool = False) -> dict:
+             dtype: str = "float32", capitals: bool = False, no_sentinels: bool = False) -> dict:
     """Score each set at each beam size; with `capitals`, each set written in capitals (sources and
-    references upper-cased: how the model does on text such as UI labels in capitals)."""
+    references upper-cased: how the model does on text such as UI labels in capitals); with
+    `no_sentinels`, the model run as if its vocabulary had no sentinel pieces: spans taken out of
+    the source and put back by the attention, as for an imported model (protect.take_out, place)."""
     torch.set_num_threads(threads)
     translator = Translator.load(model_dir, device="cpu", dtype=dtype)
+    if no_sentinels:
+        translator.tokenizer.has_sentinels = False
     # a corpus holds NAME.en and NAME.de; the model's languages say which is the source
     src_lang, tgt_lang = translator.metadata.get("source_lang", "en"), translator.metadata.get("target_lang", "de")
     rows = []
@@ -124,14 +157,14 @@ def evaluate(model_dir: str, data_dir: str, sets: list[str], beams: list[int], l
                 Path(hyp_dir).mkdir(parents=True, exist_ok=True)
                 (Path(hyp_dir) / f"{name}.beam{beam}.{tgt_lang}").write_text("\n".join(hyps) + "\n", encoding="utf-8")
     return {"model": str(model_dir), "metadata": translator.metadata, "threads": threads, "dtype": translator.dtype,
-            "limit": limit, "capitals": capitals,
+            "limit": limit, "capitals": capitals, "no_sentinels": no_sentinels,
             "results": rows}
 
 
 def eval_command(args) -> dict:
     report = evaluate(args.model, args.data, [s for s in args.sets.split(",") if s],
                       [int(b) for b in args.beams.split(",")], args.limit, args.threads, args.batch_tokens,
-                      args.hyp_dir, args.dtype, args.capitals)
+                      args.hyp_dir, args.dtype, args.capitals, args.no_sentinels)
     print(markdown_table(report["results"]))
     for metric in ("bleu", "chrf"):
         for signature in sorted({r[f"{metric}_signature"] for r in report["results"]}):
@@ -152,6 +185,8 @@ def add_eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hyp-dir", help="also write the hypotheses here")
     p.add_argument("--dtype", default="float32", choices=["auto", "float32", "bfloat16", "float16", "int8"],
                    help="compute type of the model (CPU)")
+    p.add_argument("--no-sentinels", action="store_true", help="run the model as one without sentinel pieces: "
+                   "spans taken out and put back by the attention (how imported models keep them)")
     p.add_argument("--capitals", action="store_true", help="score the sets written in capitals (sources and "
                    "references upper-cased)")
     p.add_argument("--out", help="write the JSON report here")

@@ -172,7 +172,7 @@ class Translator:
         stripped: list[protect.Stripped | None] = [None] * len(sources)
         if not self.tokenizer.has_sentinels:
             for i, m in enumerate(masked):
-                found = protect.take_out(m.text, self.tokenizer.cannot_spell) if m else None
+                found = protect.take_out(m.text) if m else None  # placeholders, tags, URLs (not foreign words)
                 if found and found.spans:
                     stripped[i], masked[i] = found, protect.Masked(found.text)
         ids = [self.tokenizer.encode_source(m.text) if m else list(s) for m, s in zip(masked, sources)]

@@ -56,10 +56,14 @@ class ServedModel:
 
     def mask(self, text: str, terms: Terminology | None = None) -> protect.Masked:
         """The text as the model reads it: its protected spans (and `terms`' glossary and
-        do-not-translate terms) as sentinels, when it has them. The service cleaned it already
-        (Service.accept_texts); the worker's Translator does the same."""
-        return protect.mask(text, foreign=self.tokenizer.cannot_spell, terms=terms) if self.protects_spans \
-            else protect.Masked(text)
+        do-not-translate terms) as sentinels, when it has them; without sentinels, its
+        placeholders, tags and URLs taken out, to go back where the attention points
+        (model/results.put_back). The service cleaned it already (Service.accept_texts); the
+        worker's Translator does the same."""
+        if self.protects_spans:
+            return protect.mask(text, foreign=self.tokenizer.cannot_spell, terms=terms)
+        taken_out = protect.take_out(text)
+        return protect.Masked(taken_out.text, taken_out=taken_out) if taken_out.spans else protect.Masked(text)
 
     def encode(self, masked_text: str) -> list[int]:
         """Source ids of a masked text, EOS included: exactly what the worker's Translator decodes."""

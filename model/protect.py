@@ -149,6 +149,7 @@ class Masked:
     text: str  # the text with sentinel k in place of span k
     spans: list[str] = field(default_factory=list)  # span k as written (a glossary term: its target term)
     terms: dict[int, str] = field(default_factory=dict)  # sentinel k -> the terminology entry it stands for
+    taken_out: Stripped | None = None  # a model without sentinels: the spans taken out instead (take_out)
 
     def terms_used(self, translation: str) -> set[str]:
         """The entries whose sentinel a (masked) translation holds."""
@@ -339,6 +340,19 @@ def take_out(text: str, foreign: Callable[[str], bool] | None = None) -> Strippe
             pos += 1
     out.append(text[pos:])
     return Stripped("".join(out), spans, at, glued)
+
+
+def piece_starts(pieces: list[str]) -> list[int]:
+    """Each SentencePiece piece's offset in the text it spells ("▁" a space, the first one the
+    dummy prefix; </s> at the end; a byte piece counted as one character)."""
+    starts, length = [], 0
+    for piece in pieces:
+        if piece == "</s>":
+            starts.append(max(length - 1, 0))
+            continue
+        starts.append(max(length - 1 + (1 if piece.startswith("\u2581") else 0), 0))
+        length += 1 if piece.startswith("<0x") else len(piece)
+    return starts
 
 
 def place(stripped: Stripped, source_starts: list[int], target_pieces: list[str], weights: np.ndarray,

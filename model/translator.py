@@ -54,19 +54,6 @@ def auto_dtype(device: str | torch.device) -> str:
     return "bfloat16" if torch.cpu._is_avx512_bf16_supported() else "float32"
 
 
-def piece_starts(pieces: list[str]) -> list[int]:
-    """Each SentencePiece piece's offset in the text it spells ("▁" a space, the first one the
-    dummy prefix; </s> at the end; a byte piece counted as one character)."""
-    starts, length = [], 0
-    for piece in pieces:
-        if piece == "</s>":
-            starts.append(max(length - 1, 0))
-            continue
-        starts.append(max(length - 1 + (1 if piece.startswith("\u2581") else 0), 0))
-        length += 1 if piece.startswith("<0x") else len(piece)
-    return starts
-
-
 class Translator:
     def __init__(self, model: Transformer, tokenizer: Tokenizer, metadata: dict | None = None,
                  decoder: IncrementalDecoder | None = None, select_fn: SelectFn = select,
@@ -282,7 +269,7 @@ class Translator:
             if stripped is not None:
                 weights = h.attention.float().mean(dim=(0, 1)).cpu().numpy()  # (target rows, source pieces)
                 decode = (lambda p: casing.shout(tok.decode_pieces(p))) if shouting else tok.decode_pieces
-                t.text = protect.place(stripped, piece_starts(source_pieces), pieces, weights, decode)
+                t.text = protect.place(stripped, protect.piece_starts(source_pieces), pieces, weights, decode)
             if return_attention:
                 # the rows are the model's steps: the pieces it wrote, before any repair of the text
                 t.attention = h.attention.float().cpu()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import zipfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -13,10 +14,12 @@ import sentencepiece as spm
 import torch
 
 from app.settings import Settings
+from model import protect
 from model.config import ModelConfig
 from model.convert.argos import checkpoints, import_argos
 from model.convert.ctranslate2 import CT2ImportError, export_ct2
 from model.transformer import Transformer
+from model.translator import Translator
 from tests.conftest import ready_client, train_tiny_spm
 
 pytest.importorskip("ctranslate2")
@@ -99,6 +102,14 @@ def test_the_service_serves_packages_from_nmt_model_dirs(tmp_path, tiny_sentinel
         alignment = client.get(f"/v1/alignments/{r.json()['translations'][0]['alignment_id']}")
         assert alignment.status_code == 200
         assert client.post("/translate", json={"q": "Open the file.", "source": "en", "target": "fr"}).status_code == 200
+        # its vocabulary has no sentinels: placeholders and tags go back where the attention points,
+        # exactly as the Python API puts them
+        text = "Open {file} in <b>the</b> window %s now."
+        r = client.post("/v1/translate", json={"text": text, "source": "en", "target": "fr"})
+        out = r.json()["translations"][0]["text"]
+        assert Counter(protect.spans(out)) == Counter(protect.spans(text)), out
+        served = client.app.state.service.registry.models["en-fr"].directory
+        assert out == Translator.load(served, device="cpu", dtype="auto").translate([text])[0].hypotheses[0].text
     broken = Settings(model_dirs=[str(tmp_path / "missing")], model_cache=str(tmp_path / "cache"))
     with pytest.raises(Exception, match="not a checkpoint directory"), ready_client(broken):
         pass

@@ -22,7 +22,7 @@ from app.registry import language_name
 from app.routers import ServiceDep, errors
 from app.scheduler import BatchKey
 from app.service import Service
-from model.results import Translation, TranslationResult, restore
+from model.results import Translation, TranslationResult, put_back, restore
 from model.terms import report
 
 router = APIRouter(tags=["translate"])
@@ -80,10 +80,13 @@ async def translate(body: TranslateRequest, request: Request, service: ServiceDe
     terms = await service.terminology(body.glossary, body.glossary_id, body.do_not_translate,
                                       body.api_key or x_api_key, model)
     masked, sources = service.encode(model, texts, "text", char_limit, terms)
+    # a model without sentinels puts the spans it was not shown back by the attention
+    taken_out = any(m.taken_out for m in masked)
     key = BatchKey(model.id, body.beam_size, body.n_best, body.length_penalty, body.max_length,
-                   attention=body.alignments or body.include_attention)
+                   attention=body.alignments or body.include_attention or taken_out)
     outcome = await service.translate(request, key, sources)
-    results = [restore(r, m.spans) for r, m in zip(outcome.results, masked)]
+    results = [put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m.taken_out else restore(r, m.spans)
+               for r, m in zip(outcome.results, masked)]
     translations = [await translation_out(service, model.id, r, body) for r in results]
     if terms:  # every masked term is in the output (protect.repair); the others could not be masked
         for out, text, m in zip(translations, service.accept_texts(texts, "text", char_limit=char_limit), masked):

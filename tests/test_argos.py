@@ -108,6 +108,8 @@ def test_the_service_serves_packages_from_nmt_model_dirs(tmp_path, tiny_sentinel
         r = client.post("/v1/translate", json={"text": text, "source": "en", "target": "fr"})
         out = r.json()["translations"][0]["text"]
         assert Counter(protect.spans(out)) == Counter(protect.spans(text)), out
+        lt = client.post("/translate", json={"q": text, "source": "en", "target": "fr"}).json()["translatedText"]
+        assert lt == out  # one sentence: /translate and /v1/translate put the spans back alike
         served = client.app.state.service.registry.models["en-fr"].directory
         assert out == Translator.load(served, device="cpu", dtype="auto").translate([text])[0].hypotheses[0].text
     broken = Settings(model_dirs=[str(tmp_path / "missing")], model_cache=str(tmp_path / "cache"))

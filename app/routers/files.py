@@ -24,6 +24,7 @@ from app.protocol import LTTranslateFileResponse
 from app.routers import ServiceDep, errors
 from app.scheduler import BatchKey
 from model.clean import clean_text
+from model.results import put_back
 
 router = APIRouter(tags=["libretranslate"])
 
@@ -94,16 +95,19 @@ async def translate_file(request: Request, service: ServiceDep):
     except markup.TooDeep as e:
         raise ApiError(400, f"{upload.filename}: {e}") from None
     sentences = [sentence for part in parts for sentence in part.sentences]
-    sources = [service.encode_text(model, sentence, f"a sentence of {upload.filename}") for sentence in sentences]
-    key = BatchKey(model.id, beam_size=s.default_beam_size, n_best=1)
+    prepared = [service.encode_sentence(model, sentence, f"a sentence of {upload.filename}") for sentence in sentences]
+    # a model without sentinels puts the placeholders it was not shown back by the attention
+    key = BatchKey(model.id, beam_size=s.default_beam_size, n_best=1, attention=any(m for m, _ in prepared))
     translations: list[str] = []
-    for start in range(0, len(sources), s.max_segments):
+    for start in range(0, len(prepared), s.max_segments):
         remaining = s.file_timeout_s - (time.monotonic() - started)
         if remaining <= 0:
             raise ApiError(504, f"translating {upload.filename} did not finish within {s.file_timeout_s:g} s "
                            "(NMT_FILE_TIMEOUT_S)")
-        outcome = await service.translate(request, key, sources[start:start + s.max_segments], timeout_s=remaining)
-        translations += [r.hypotheses[0].text for r in outcome.results]
+        chunk = prepared[start:start + s.max_segments]
+        outcome = await service.translate(request, key, [ids for _, ids in chunk], timeout_s=remaining)
+        translations += [(put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m else r).hypotheses[0].text
+                         for r, (m, _) in zip(outcome.results, chunk)]
     found = iter(translations)
     rebuilt = [part.join([next(found) for _ in part.sentences]) for part in parts]
     try:

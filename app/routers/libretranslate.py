@@ -42,6 +42,7 @@ from app.registry import ServedModel, language_name
 from app.routers import ServiceDep, errors
 from app.scheduler import BatchKey
 from app.service import Service, item_name
+from model.results import put_back
 from model.terms import report
 
 router = APIRouter(tags=["libretranslate"])
@@ -125,9 +126,13 @@ async def translate_sentences(request: Request, service: Service, model: ServedM
     sentences = [(i, sentence) for i, document in enumerate(documents) for sentence in document.sentences]
     if not sentences:
         return [[] for _ in documents]
-    sources = [service.encode_text(model, sentence, f"a sentence of {names[i]}") for i, sentence in sentences]
-    key = BatchKey(model.id, beam_size=max(service.settings.default_beam_size, n_best), n_best=n_best)
-    results = iter((await service.translate(request, key, sources)).results)
+    prepared = [service.encode_sentence(model, sentence, f"a sentence of {names[i]}") for i, sentence in sentences]
+    # a model without sentinels puts the placeholders it was not shown back by the attention
+    key = BatchKey(model.id, beam_size=max(service.settings.default_beam_size, n_best), n_best=n_best,
+                   attention=any(taken_out for taken_out, _ in prepared))
+    decoded = (await service.translate(request, key, [ids for _, ids in prepared])).results
+    results = iter(put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m else r
+                   for r, (m, _) in zip(decoded, prepared))
     return [[[h.text for h in next(results).hypotheses] for _ in document.sentences] for document in documents]
 
 

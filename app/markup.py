@@ -186,6 +186,7 @@ class Document:
     spans: list[str]
     html: bool
     terms: dict[int, str] = field(default_factory=dict)  # sentinel k -> the terminology entry it stands for
+    placed_terms: set[str] = field(default_factory=set)  # a model without sentinels: entries put in by attention
 
     def join(self, translations: list[str]) -> str:
         """The document with each sentence replaced by its translation (masked like the sentence)."""

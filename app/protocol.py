@@ -75,8 +75,8 @@ class TranslateRequest(TermsFields):
 class TermsReport(BaseModel):
     applied: list[str] = Field(description="Entries (glossary source terms, do-not-translate terms) found in the "
                                "text whose term the translation holds.", examples=[["file"]])
-    not_applied: list[str] = Field(description="Entries found in the text that this model cannot apply (its "
-                                   "vocabulary has no sentinels, or the text has more than 32 protected spans).",
+    not_applied: list[str] = Field(description="Entries found in the text that could not be applied (the text "
+                                   "has more than 32 protected spans).",
                                    examples=[[]])
     not_found: list[str] = Field(description="Entries not in the text (whole words, ignoring case).",
                                  examples=[["Nextcloud"]])

@@ -62,8 +62,10 @@ class ServedModel:
         worker's Translator does the same."""
         if self.protects_spans:
             return protect.mask(text, foreign=self.tokenizer.cannot_spell, terms=terms)
-        taken_out = protect.take_out(text)
-        return protect.Masked(taken_out.text, taken_out=taken_out) if taken_out.spans else protect.Masked(text)
+        taken_out = protect.take_out(text, terms=terms)
+        if not taken_out.spans:
+            return protect.Masked(text)
+        return protect.Masked(taken_out.text, terms=taken_out.terms, taken_out=taken_out)
 
     def encode(self, masked_text: str) -> list[int]:
         """Source ids of a masked text, EOS included: exactly what the worker's Translator decodes."""

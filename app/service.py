@@ -294,13 +294,14 @@ class Service:
                            f"accepts at most {model.max_source_tokens}: split the text")
         return ids
 
-    def encode_sentence(self, model: ServedModel, sentence: str, name: str) -> tuple[protect.Masked | None, list[int]]:
+    def encode_sentence(self, model: ServedModel, sentence: str, name: str, terms: Terminology | None = None,
+                        ) -> tuple[protect.Masked | None, list[int]]:
         """A sentence of /translate, /translate_file or /v2/translate as ids: masked already when the
-        model has sentinels (app/markup.py); for a model without, its placeholders are taken out
-        here (returned, to go back with model.results.put_back), None when it had none."""
+        model has sentinels (app/markup.py); for a model without, its placeholders (and `terms`)
+        are taken out here (returned, to go back with model.results.put_back), None when it had none."""
         if model.protects_spans:
             return None, self.encode_text(model, sentence, name)
-        masked = model.mask(sentence)
+        masked = model.mask(sentence, terms)
         return (masked if masked.taken_out else None), self.encode_text(model, masked.text, name)
 
     def encode(self, model: ServedModel, texts: list[str], field: str, char_limit: int | None = None,

@@ -320,26 +320,35 @@ class Stripped:
     spans: list[str] = field(default_factory=list)  # as written
     at: list[int] = field(default_factory=list)  # per span: the offset in `text` where it stood
     glued: list[tuple[bool, bool]] = field(default_factory=list)  # per span: touching the word before / after
+    terms: dict[int, str] = field(default_factory=dict)  # span k -> the terminology entry it stands for
 
 
-def take_out(text: str, foreign: Callable[[str], bool] | None = None) -> Stripped:
-    """The text without its spans (a space left where two spaces would meet)."""
-    out, spans, at, glued, pos = [], [], [], [], 0
-    for a, b in find_spans(text, foreign):
+def take_out(text: str, foreign: Callable[[str], bool] | None = None,
+             terms: Terminology | None = None) -> Stripped:
+    """The text without its spans (a space left where two spaces would meet); `terms`: glossary
+    and do-not-translate terms are taken out too, a glossary term to come back as its target term."""
+    found = [Match(a, b, text[a:b], "") for a, b in find_spans(text, foreign)]
+    if terms:
+        found = _with_terms(found, terms.find(text))
+    out, spans, at, glued, pos, entries = [], [], [], [], 0, {}
+    for m in found:
+        a, b = m.start, m.end
+        if m.entry:
+            entries[len(spans)] = m.entry
         out.append(text[pos:a])
         kept = "".join(out)
         # touching a word ("<b>Print", "Print</b>"); punctuation beside a span ("(%2)") may not
         # be beside it in the translation, so it does not count
         before_glued = a > 0 and text[a - 1].isalnum()
         after_glued = b < len(text) and text[b].isalnum()
-        spans.append(text[a:b])
+        spans.append(m.output)
         at.append(len(kept))
         glued.append((before_glued, after_glued))
         pos = b
         if kept.endswith(" ") and text[b:b + 1] == " ":  # "Open %s now" -> "Open now", not "Open  now"
             pos += 1
     out.append(text[pos:])
-    return Stripped("".join(out), spans, at, glued)
+    return Stripped("".join(out), spans, at, glued, entries)
 
 
 def piece_starts(pieces: list[str]) -> list[int]:

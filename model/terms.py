@@ -11,11 +11,12 @@ A do-not-translate term is a span like a placeholder: the model copies its senti
 comes back byte for byte. A glossary term's sentinel stands for the target term: the model
 places it where the source term's translation goes, as it places a placeholder, and the target
 term is written there as given (in its dictionary form: the model does not inflect it). With the
-attention-guided repair (model/protect.py) every matched term is in the output exactly once.
+attention-guided repair (model/protect.py) every matched term is in the output exactly once. A
+model without sentinel pieces (an imported one) reads the text with its terms taken out, and each
+goes back where the cross-attention points (protect.take_out, place), as its placeholders do.
 
 Matching: whole words, case-insensitively, the longest entry first where entries overlap; a
-term inside a placeholder, tag or URL is not matched. A model without sentinel pieces cannot take
-terms this way: its terms are reported as not applied.
+term inside a placeholder, tag or URL is not matched.
 """
 
 from __future__ import annotations
@@ -93,8 +94,8 @@ def check_term(term: str, what: str) -> None:
 
 def report(terms: Terminology, matched: set[str], used: set[str]) -> dict[str, list[str]]:
     """What became of each entry: `applied` (in the source, and its term in the translation),
-    `not_applied` (in the source, but the model could not take it: no sentinel pieces, or more
-    spans than sentinels), `not_found` (not in the source)."""
+    `not_applied` (in the source, but the model could not take it: more spans than sentinels),
+    `not_found` (not in the source)."""
     return {"applied": [e for e in terms.entries if e in used],
             "not_applied": [e for e in terms.entries if e in matched and e not in used],
             "not_found": [e for e in terms.entries if e not in matched]}

@@ -159,7 +159,7 @@ class Translator:
         stripped: list[protect.Stripped | None] = [None] * len(sources)
         if not self.tokenizer.has_sentinels:
             for i, m in enumerate(masked):
-                found = protect.take_out(m.text) if m else None  # placeholders, tags, URLs (not foreign words)
+                found = protect.take_out(m.text, terms=terms) if m else None  # not foreign words: spelt as they are
                 if found and found.spans:
                     stripped[i], masked[i] = found, protect.Masked(found.text)
         ids = [self.tokenizer.encode_source(m.text) if m else list(s) for m, s in zip(masked, sources)]
@@ -208,9 +208,10 @@ class Translator:
             for i, h in zip(batch, hyps):
                 results[i] = self.to_result(ids[i], h, return_attention, masked[i], shouting[i], marks[i],
                                             stripped[i])
-                if terms and masked[i] is not None:  # the repair puts every masked term in (protect.repair)
+                if terms and masked[i] is not None:  # the repair (or the placement) puts every term in
                     found = {m.entry for m in terms.find(clean_text(sources[i]))}
-                    results[i].terms = report(terms, found, set(masked[i].terms.values()))
+                    used = stripped[i].terms if stripped[i] else masked[i].terms
+                    results[i].terms = report(terms, found, set(used.values()))
         return results  # type: ignore[return-value]
 
     @staticmethod

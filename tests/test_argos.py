@@ -110,6 +110,9 @@ def test_the_service_serves_packages_from_nmt_model_dirs(tmp_path, tiny_sentinel
         assert Counter(protect.spans(out)) == Counter(protect.spans(text)), out
         lt = client.post("/translate", json={"q": text, "source": "en", "target": "fr"}).json()["translatedText"]
         assert lt == out  # one sentence: /translate and /v1/translate put the spans back alike
+        glossary = client.post("/translate", json={"q": "Open the window now.", "source": "en", "target": "fr",
+                                                   "glossary": {"window": "fenêtre"}}).json()
+        assert "fenêtre" in glossary["translatedText"] and glossary["terms"]["applied"] == ["window"]
         served = client.app.state.service.registry.models["en-fr"].directory
         assert out == Translator.load(served, device="cpu", dtype="auto").translate([text])[0].hypotheses[0].text
     broken = Settings(model_dirs=[str(tmp_path / "missing")], model_cache=str(tmp_path / "cache"))

@@ -53,7 +53,11 @@ def test_a_random_model_still_writes_every_term(tiny_sentinel_checkpoint):
     assert plain.terms is None
 
 
-def test_a_model_without_sentinels_reports_terms_not_applied(tiny_checkpoint):
+def test_a_model_without_sentinels_places_terms_by_attention(tiny_checkpoint):
+    """An imported model has no sentinel pieces: its terms are taken out of the source and put
+    back where the attention points, like its placeholders."""
     translator = Translator.load(tiny_checkpoint, device="cpu", dtype="float32")
-    [result] = translator.translate(["Open the file."], terms=Terminology({"file": "Akte"}))
-    assert result.terms == {"applied": [], "not_applied": ["file"], "not_found": []}
+    assert not translator.tokenizer.has_sentinels
+    [result] = translator.translate(["Open the file in Nextcloud."], terms=Terminology({"file": "Akte"}, ["Nextcloud"]))
+    assert result.terms == {"applied": ["file", "Nextcloud"], "not_applied": [], "not_found": []}
+    assert "Akte" in result.hypotheses[0].text and "Nextcloud" in result.hypotheses[0].text

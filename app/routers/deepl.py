@@ -119,7 +119,7 @@ async def translate(request: Request, service: ServiceDep):
     for indices in by_model.values():
         model = resolved[indices[0]][0]
         found = await translate_sentences(request, service, model, [documents[i] for i in indices], n_best=1,
-                                          names=[f"text[{i}]" for i in indices])
+                                          names=[f"text[{i}]" for i in indices], terms=terms[model.id])
         for i, per_sentence in zip(indices, found):
             translated[i] = rebuild(documents[i], per_sentence)[0]
     characters = sum(len(t) for t in texts)

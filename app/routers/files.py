@@ -95,7 +95,8 @@ async def translate_file(request: Request, service: ServiceDep):
     except markup.TooDeep as e:
         raise ApiError(400, f"{upload.filename}: {e}") from None
     sentences = [sentence for part in parts for sentence in part.sentences]
-    prepared = [service.encode_sentence(model, sentence, f"a sentence of {upload.filename}") for sentence in sentences]
+    prepared = [service.encode_sentence(model, sentence, f"a sentence of {upload.filename}", terms)
+                for sentence in sentences]
     # a model without sentinels puts the placeholders it was not shown back by the attention
     key = BatchKey(model.id, beam_size=s.default_beam_size, n_best=1, attention=any(m for m, _ in prepared))
     translations: list[str] = []

@@ -43,7 +43,7 @@ from app.routers import ServiceDep, errors
 from app.scheduler import BatchKey
 from app.service import Service, item_name
 from model.results import put_back
-from model.terms import report
+from model.terms import Terminology, report
 
 router = APIRouter(tags=["libretranslate"])
 
@@ -99,7 +99,8 @@ async def translate(request: Request, service: ServiceDep):
     for indices in by_model.values():  # one job per model (texts in several languages: several jobs)
         found = await translate_sentences(request, service, resolved[indices[0]][0], [documents[i] for i in indices],
                                           n_best=body.alternatives + 1,
-                                          names=[item_name("q", i, len(texts)) for i in indices])
+                                          names=[item_name("q", i, len(texts)) for i in indices],
+                                          terms=terms[resolved[indices[0]][0].id])
         for i, per_sentence in zip(indices, found):
             hypotheses[i] = per_sentence
     versions = [rebuild(document, per_sentence) for document, per_sentence in zip(documents, hypotheses)]
@@ -110,7 +111,7 @@ async def translate(request: Request, service: ServiceDep):
     reports = None
     if any(terms.values()):  # every masked term is in the output (protect.repair); the others could not be masked
         reports = [TermsReport(**report(terms[model.id], {t.entry for t in terms[model.id].find(text)},
-                                        set(document.terms.values())))
+                                        set(document.terms.values()) | document.placed_terms))
                    for text, document, (model, _) in zip(texts, documents, resolved)]
     if isinstance(body.q, str):
         return LTTranslateResponse(translatedText=translated[0], alternatives=alternatives and alternatives[0],
@@ -120,13 +121,17 @@ async def translate(request: Request, service: ServiceDep):
 
 
 async def translate_sentences(request: Request, service: Service, model: ServedModel,
-                              documents: list[markup.Document], n_best: int, names: list[str]) -> list[list[list[str]]]:
+                              documents: list[markup.Document], n_best: int, names: list[str],
+                              terms: Terminology | None = None) -> list[list[list[str]]]:
     """The n_best hypotheses (texts, masked like the sentences) of each sentence of each document,
     all sentences in one job; `names` are how errors name the documents."""
     sentences = [(i, sentence) for i, document in enumerate(documents) for sentence in document.sentences]
     if not sentences:
         return [[] for _ in documents]
-    prepared = [service.encode_sentence(model, sentence, f"a sentence of {names[i]}") for i, sentence in sentences]
+    prepared = [service.encode_sentence(model, sentence, f"a sentence of {names[i]}", terms)
+                for i, sentence in sentences]
+    for (i, _), (taken_out, _) in zip(sentences, prepared):  # a model without sentinels places its terms
+        documents[i].placed_terms.update(taken_out.terms.values() if taken_out else ())
     # a model without sentinels puts the placeholders it was not shown back by the attention
     key = BatchKey(model.id, beam_size=max(service.settings.default_beam_size, n_best), n_best=n_best,
                    attention=any(taken_out for taken_out, _ in prepared))

@@ -14,6 +14,7 @@ no case) while this runs, so a placeholder keeps its case ("%(name)s", not "%(NA
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 # a word of two or more letters (digits and underscores excluded)
 _WORD = re.compile(r"[^\W\d_]{2,}")
@@ -29,10 +30,22 @@ def is_shouting(text: str) -> bool:
     return len(_WORD.findall(text)) >= 2 and not any(c.islower() for c in text)
 
 
-def sentence_case(text: str, language: str | None = None) -> str:
-    """Lower case, with the first letter of each sentence a capital (and, in English, "I")."""
+def sentence_case(text: str, language: str | None = None, pieces: Callable[[str], int] | None = None) -> str:
+    """Lower case, with the first letter of each sentence a capital (and, in English, "I"). German
+    capitalizes its nouns: with `pieces` (how many vocabulary pieces spell a word), a German word
+    is capitalized where the vocabulary spells it in fewer pieces so ("passwort" is two pieces,
+    "Passwort" one: the model has seen it capitalized)."""
     text = _SENTENCE_START.sub(lambda m: m.group(1) + m.group(2) + m.group(3).upper(), text.lower())
-    return _ENGLISH_I.sub("I", text) if language == "en" else text
+    if language == "en":
+        return _ENGLISH_I.sub("I", text)
+    if language == "de" and pieces is not None:
+        return _WORD.sub(lambda m: _noun_case(m.group(), pieces), text)
+    return text
+
+
+def _noun_case(word: str, pieces: Callable[[str], int]) -> str:
+    capitalized = word[0].upper() + word[1:]
+    return capitalized if word.islower() and pieces(capitalized) < pieces(word) else word
 
 
 def shout(text: str) -> str:

@@ -178,7 +178,8 @@ class Translator:
             read = marks[i].text if marks[i] else text
             shouting[i] = casing.is_shouting(read)
             if shouting[i]:
-                read = casing.sentence_case(read, self.metadata.get("source_lang"))
+                read = casing.sentence_case(read, self.metadata.get("source_lang"),
+                                            pieces=lambda word: len(self.tokenizer.source_sp.encode(word)))
             if read != text:
                 read_ids = self.tokenizer.encode_source(read)
                 if len(read_ids) <= self.max_source_tokens:

@@ -97,3 +97,16 @@ def test_characters_the_vocabulary_cannot_spell_come_back_as_written(translator,
         text = result.hypotheses[0].text
         assert text.count("😀") == 1 and text.count("Москва") == 1, text
         assert "\ufffd" not in text and "<unk>" not in text
+
+
+def test_german_in_capitals_gets_its_nouns_back_from_the_vocabulary():
+    """A German sentence in capitals is read with its nouns capitalized where the vocabulary spells
+    them in fewer pieces so (the shipped model's joint vocabulary)."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file="checkpoints/en-de/source.spm")
+    pieces = lambda word: len(sp.encode(word))  # noqa: E731
+    assert casing.sentence_case("BITTE GEBEN SIE IHR PASSWORT EIN. DIE DATEI WURDE GESPEICHERT.", "de", pieces) == \
+        "Bitte geben sie ihr Passwort ein. Die Datei wurde gespeichert."
+    assert casing.sentence_case("BITTE GEBEN SIE IHR PASSWORT EIN.", "de") == "Bitte geben sie ihr passwort ein."
+    assert casing.sentence_case("PLEASE ENTER YOUR PASSWORD.", "en", pieces) == "Please enter your password."

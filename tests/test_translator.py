@@ -182,3 +182,24 @@ def test_parallel_batches_give_the_same_results_in_order(tiny_checkpoint):
     assert [r.hypotheses[0].token_ids for r in one_batch] == [r.hypotheses[0].token_ids for r in serial]
     with pytest.raises(ValueError, match="parallel"):
         translator.translate(texts, parallel=0)
+
+
+def test_the_german_to_english_direction_keeps_spans_marks_and_capitals(tmp_path):
+    """What en-de does for placeholders, tags, URLs, accelerator marks and capitals holds for a
+    de-en model too (the mechanisms read the source language only for casing)."""
+    import json
+    from collections import Counter
+
+    from model import protect
+    from tests.conftest import make_tiny_checkpoint
+
+    ckpt = make_tiny_checkpoint(tmp_path, sentinels=True)
+    meta = json.loads((ckpt / "metadata.json").read_text())
+    (ckpt / "metadata.json").write_text(json.dumps({**meta, "source_lang": "de", "target_lang": "en"}))
+    translator = Translator.load(ckpt, device="cpu", dtype="float32")
+    sources = ["Öffnen Sie %s mit <b>Datei</b> unter https://example.org.", "&Datei speichern",
+               "BITTE DIE DATEI SPEICHERN."]
+    spans, marked, shouting = (r.hypotheses[0].text for r in translator.translate(sources))
+    assert Counter(protect.spans(spans)) == Counter(protect.spans(sources[0]))
+    assert marked.count("&") == 1
+    assert shouting == shouting.upper()

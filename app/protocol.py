@@ -137,6 +137,8 @@ class Timing(BaseModel):
 
 class TranslateResponse(BaseModel):
     model: str = Field(description="Model id: '<source>-<target>'.", examples=["en-de"])
+    pivot: str | None = Field(None, description="Present when no model translates source into target directly: "
+                              "the language translated through (source -> pivot -> target).", examples=["en"])
     translations: list[TranslationOut] = Field(description="One per input text, in input order.")
     timing: Timing = Field(description="Where the time went.")
 

@@ -134,7 +134,19 @@ class Registry:
         return sorted({m.source for m in self.models.values()})
 
     def targets(self, source: str) -> list[str]:
-        return sorted(m.target for m in self.models.values() if m.source == source)
+        """What `source` translates into: directly, or through a pivot language (`pivot`)."""
+        direct = {m.target for m in self.models.values() if m.source == source}
+        through = {m.target for b in direct for m in self.models.values() if m.source == b and m.target != source}
+        return sorted(direct | through)
+
+    def pivot(self, source: str, target: str) -> str | None:
+        """With no model for source -> target but source -> B and B -> target, the language B
+        (English when it can be, as packages are English-centric); None otherwise."""
+        if f"{source}-{target}" in self.models:
+            return None
+        options = sorted(m.target for m in self.models.values() if m.source == source and f"{m.target}-{target}" in
+                         self.models)
+        return "en" if "en" in options else (options[0] if options else None)
 
     def languages(self) -> list[tuple[str, str, list[str]]]:
         """(code, name, targets) of every served language (no targets for a target-only one)."""
@@ -142,7 +154,9 @@ class Registry:
         return [(c, language_name(c), self.targets(c)) for c in codes]
 
     def pairs(self) -> str:
-        return ", ".join(sorted(self.models))
+        pivots = [f"{s}-{t} (through {self.pivot(s, t)})" for s in self.sources() for t in self.targets(s)
+                  if self.pivot(s, t)]
+        return ", ".join(sorted(self.models) + pivots)
 
     def resolve(self, source: str, target: str, text: str = "") -> tuple[ServedModel, float | None]:
         """(the model for source -> target, None), or with source 'auto' (the model, the confidence in

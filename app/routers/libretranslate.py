@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 from app import documents, markup
 from app.errors import ApiError, describe_validation
 from app.forms import read_fields
+from app.glossaries import inline_terminology
 from app.protocol import (
     DetectedLanguage,
     Language,
@@ -43,7 +44,7 @@ from app.routers import ServiceDep, errors
 from app.scheduler import BatchKey
 from app.service import Service, item_name
 from model.results import put_back
-from model.terms import Terminology, report
+from model.terms import TermError, Terminology, report
 
 router = APIRouter(tags=["libretranslate"])
 
@@ -74,6 +75,31 @@ async def translate(request: Request, service: ServiceDep):
     body = await read_body(request, LTTranslateRequest)
     texts = [body.q] if isinstance(body.q, str) else body.q
     char_limit = await service.admit(request, body.api_key or request.headers.get("x-api-key"), cost=len(texts))
+    pivot = service.registry.pivot(body.source, body.target) if body.source != "auto" else None
+    if pivot is None:
+        return await translate_texts(request, service, body, texts, char_limit)
+    # no model for source -> target: through the pivot, as Argos does. A glossary's target terms,
+    # written by the first leg, are kept as written by the second.
+    through = f"{body.source}->{pivot}->{body.target}"
+    if body.alternatives or body.glossary_id:
+        raise ApiError(400, f"{'alternatives' if body.alternatives else 'a stored glossary (glossary_id)'} is not "
+                       f"available through a pivot ({through}); send its entries as glossary")
+    first = await translate_texts(request, service, body.model_copy(update={"target": pivot}), texts, char_limit)
+    try:
+        terms = inline_terminology(body.glossary, body.do_not_translate) or Terminology()
+    except TermError as e:
+        raise ApiError(400, str(e)) from None
+    keep = list(dict.fromkeys(terms.keep + list(terms.glossary.values())))
+    second_body = body.model_copy(update={"source": pivot, "glossary": None, "glossary_id": None,
+                                          "do_not_translate": keep or None})
+    middle = [first.translatedText] if isinstance(body.q, str) else first.translatedText
+    second = await translate_texts(request, service, second_body, middle, char_limit)
+    return LTTranslateResponse(translatedText=second.translatedText, terms=first.terms)
+
+
+async def translate_texts(request: Request, service: Service, body: LTTranslateRequest, texts: list[str],
+                          char_limit: int) -> LTTranslateResponse:
+    """/translate's work for one model per text (one hop)."""
     html = body.format == "html"
     # html without text comes back as it is
     texts = service.accept_texts(texts, "q", allow_blank=html, char_limit=char_limit)

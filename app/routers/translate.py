@@ -9,6 +9,7 @@ from fastapi import APIRouter, Header, Request
 
 from app.alignments import Alignment, rounded
 from app.errors import ApiError
+from app.glossaries import inline_terminology
 from app.protocol import (
     Alternative,
     SpanRepair,
@@ -23,7 +24,7 @@ from app.routers import ServiceDep, errors
 from app.scheduler import BatchKey
 from app.service import Service
 from model.results import Translation, TranslationResult, put_back, restore
-from model.terms import report
+from model.terms import TermError, Terminology, report
 
 router = APIRouter(tags=["translate"])
 
@@ -68,7 +69,41 @@ async def translate(body: TranslateRequest, request: Request, service: ServiceDe
     holds exactly this request's translations, in input order."""
     start = time.perf_counter()
     texts = [body.text] if isinstance(body.text, str) else body.text
-    char_limit = await service.admit(request, body.api_key or x_api_key, cost=len(texts))
+    key = body.api_key or x_api_key
+    char_limit = await service.admit(request, key, cost=len(texts))
+    pivot = service.registry.pivot(body.source, body.target) if body.source != "auto" else None
+    if pivot is None:
+        return await translate_one_hop(body, request, service, key, texts, char_limit, start)
+    # no model for source -> target: through the pivot, as Argos does; a glossary's target terms,
+    # written by the first leg, are kept as written by the second
+    through = f"{body.source}->{pivot}->{body.target}"
+    refused = [name for name, asked in (("alignments", body.alignments), ("include_attention", body.include_attention),
+                                        ("n_best > 1", body.n_best > 1), ("glossary_id", body.glossary_id)) if asked]
+    if refused:
+        raise ApiError(400, f"{', '.join(refused)}: not available through a pivot ({through}) yet")
+    first = await translate_one_hop(body.model_copy(update={"target": pivot}), request, service, key, texts,
+                                    char_limit, start)
+    try:
+        terms = inline_terminology(body.glossary, body.do_not_translate) or Terminology()
+    except TermError as e:
+        raise ApiError(400, str(e)) from None
+    keep = list(dict.fromkeys(terms.keep + list(terms.glossary.values())))
+    middle = [t.text for t in first.translations]
+    second = await translate_one_hop(body.model_copy(update={"source": pivot, "glossary": None, "do_not_translate":
+                                                             keep or None}),
+                                     request, service, key, middle, char_limit, start)
+    for out, leg in zip(second.translations, first.translations):
+        out.terms = leg.terms
+    timing = Timing(queue_ms=first.timing.queue_ms + second.timing.queue_ms,
+                    compute_ms=first.timing.compute_ms + second.timing.compute_ms,
+                    total_ms=round((time.perf_counter() - start) * 1000, 2))
+    return TranslateResponse(model=f"{body.source}-{body.target}", pivot=pivot, translations=second.translations,
+                             timing=timing)
+
+
+async def translate_one_hop(body: TranslateRequest, request: Request, service: Service, key: str | None,
+                            texts: list[str], char_limit: int, start: float) -> TranslateResponse:
+    """/v1/translate's work with one model."""
     resolved = await service.resolve_each(body.source, body.target, service.accept_texts(texts, "text", char_limit=char_limit),
                                           "text")
     model = resolved[0][0]
@@ -77,8 +112,7 @@ async def translate(body: TranslateRequest, request: Request, service: ServiceDe
         raise ApiError(400, f"source 'auto': text[0] looks {language_name(model.source)} and text[{other}] "
                        f"{language_name(resolved[other][0].source)}; send one language per request (or use /translate, "
                        "which translates each text from its own language)")
-    terms = await service.terminology(body.glossary, body.glossary_id, body.do_not_translate,
-                                      body.api_key or x_api_key, model)
+    terms = await service.terminology(body.glossary, body.glossary_id, body.do_not_translate, key, model)
     masked, sources = service.encode(model, texts, "text", char_limit, terms)
     # a model without sentinels puts the spans it was not shown back by the attention
     taken_out = any(m.taken_out for m in masked)

@@ -1,0 +1,58 @@
+"""Pivoting: with fr -> en and en -> de served but no fr -> de, /languages lists fr -> de and
+/translate and /v1/translate translate through English, the first leg's translation through the
+second, as Argos does; a glossary's target terms survive the second leg."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from app.settings import Settings
+from tests.conftest import ready_client
+
+
+@pytest.fixture(scope="module")
+def client(tiny_sentinel_checkpoint, tmp_path_factory):
+    fr_en = tmp_path_factory.mktemp("fr-en") / "ckpt"
+    shutil.copytree(tiny_sentinel_checkpoint, fr_en)
+    meta = json.loads((fr_en / "metadata.json").read_text())
+    (fr_en / "metadata.json").write_text(json.dumps({**meta, "source_lang": "fr", "target_lang": "en"}))
+    settings = Settings(model_dirs=[str(tiny_sentinel_checkpoint), str(fr_en)], workers=1, threads_per_worker=1,
+                        max_wait_ms=2, detect_languages=["en", "de", "fr"])
+    with ready_client(settings) as c:
+        yield c
+
+
+def lt(client, q, source, target, **extra):
+    r = client.post("/translate", json={"q": q, "source": source, "target": target, **extra})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_languages_list_the_pivot_pair(client):
+    targets = {lang["code"]: lang["targets"] for lang in client.get("/languages").json()}
+    assert targets["fr"] == ["de", "en"] and targets["en"] == ["de"]
+
+
+def test_translate_goes_through_english(client):
+    text = "Open the file."
+    middle = lt(client, text, "fr", "en")["translatedText"]
+    assert lt(client, text, "fr", "de")["translatedText"] == lt(client, middle, "en", "de")["translatedText"]
+    listed = lt(client, [text, "Hello world."], "fr", "de")["translatedText"]
+    assert isinstance(listed, list) and listed[0] == lt(client, middle, "en", "de")["translatedText"]
+    r = client.post("/v1/translate", json={"text": [text], "source": "fr", "target": "de"})
+    assert r.status_code == 200, r.text
+    assert r.json()["model"] == "fr-de" and r.json()["pivot"] == "en"
+    assert r.json()["translations"][0]["text"] == lt(client, middle, "en", "de")["translatedText"]
+    assert "pivot" not in client.post("/v1/translate", json={"text": text, "source": "en", "target": "de"}).json()
+
+
+def test_a_glossary_reaches_through_the_pivot_and_what_is_not_there_yet_says_so(client):
+    out = lt(client, "Open the file.", "fr", "de", glossary={"file": "Akte"})
+    assert "Akte" in out["translatedText"] and out["terms"]["applied"] == ["file"]
+    r = client.post("/v1/translate", json={"text": "Open the file.", "source": "fr", "target": "de", "alignments": True})
+    assert r.status_code == 400 and "through a pivot (fr->en->de)" in r.json()["error"]
+    r = client.post("/translate", json={"q": "Open the file.", "source": "fr", "target": "de", "alternatives": 1})
+    assert r.status_code == 400 and "pivot" in r.json()["error"]

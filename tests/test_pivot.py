@@ -56,3 +56,21 @@ def test_a_glossary_reaches_through_the_pivot_and_what_is_not_there_yet_says_so(
     assert r.status_code == 400 and "through a pivot (fr->en->de)" in r.json()["error"]
     r = client.post("/translate", json={"q": "Open the file.", "source": "fr", "target": "de", "alternatives": 1})
     assert r.status_code == 400 and "pivot" in r.json()["error"]
+
+
+def test_a_file_goes_through_english_too(client):
+    text = "Open the file.\nClick the button to print the document.\n"
+    r = client.post("/translate_file", files={"file": ("notes.txt", text.encode())},
+                    data={"source": "fr", "target": "de", "glossary": '{"file": "Akte"}'})
+    assert r.status_code == 200, r.text
+    out = client.get(r.json()["translatedFileUrl"]).text
+    assert out == lt(client, text, "fr", "de", glossary={"file": "Akte"})["translatedText"]
+    assert "Akte" in out
+
+
+def test_deepls_translate_goes_through_english_too(client):
+    r = client.post("/v2/translate", json={"text": ["Open the file."], "source_lang": "FR", "target_lang": "DE"},
+                    headers={"Authorization": "DeepL-Auth-Key k"})
+    assert r.status_code == 200, r.text
+    assert r.json()["translations"][0]["text"] == lt(client, "Open the file.", "fr", "de")["translatedText"]
+    assert r.json()["translations"][0]["detected_source_language"] == "FR"

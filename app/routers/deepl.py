@@ -102,13 +102,32 @@ async def translate(request: Request, service: ServiceDep):
         raise ApiError(400, f"Value for 'tag_handling' not supported: {tag_handling!r}; 'html' or 'xml'.")
     html = bool(tag_handling)
     texts = service.accept_texts(texts, "text", allow_blank=html)
+    if fields.get("glossary_id") and source == "auto":
+        raise ApiError(400, "Use of a glossary requires the 'source_lang' parameter to be specified.")
+    pivot = service.registry.pivot(source, target) if source != "auto" else None
+    if pivot is None:
+        translated, sources = await translate_hop(request, service, texts, html, source, target,
+                                                  fields.get("glossary_id"), key)
+    elif fields.get("glossary_id"):
+        raise ApiError(400, f"A glossary is not available through a pivot ({source}->{pivot}->{target}).")
+    else:  # no model for source -> target: through the pivot language, as Argos does
+        middle, sources = await translate_hop(request, service, texts, html, source, pivot, None, key)
+        translated, _ = await translate_hop(request, service, middle, html, pivot, target, None, key)
+    characters = sum(len(t) for t in texts)
+    await service.count_usage(owner_of(key), characters)
+    return {"translations": [{"detected_source_language": deepl_code(language), "text": t, "billed_characters": len(x)}
+                             for t, x, language in zip(translated, texts, sources)]}
+
+
+async def translate_hop(request: Request, service: Service, texts: list[str], html: bool, source: str, target: str,
+                        glossary_id: str | None, key: str | None) -> tuple[list[str], list[str]]:
+    """The texts translated by one model per text (source 'auto': each text's own language), and
+    each text's source language."""
     depth = service.settings.max_html_depth
     readable = [markup.split_document(t, html, spans=False, max_depth=depth).text for t in texts] \
         if source == "auto" else texts
     resolved = await service.resolve_each(source, target, readable, "text")
-    if fields.get("glossary_id") and source == "auto":
-        raise ApiError(400, "Use of a glossary requires the 'source_lang' parameter to be specified.")
-    terms = {m.id: await service.terminology(None, fields.get("glossary_id"), None, key, m)
+    terms = {m.id: await service.terminology(None, glossary_id, None, key, m)
              for m in {m.id: m for m, _ in resolved}.values()}
     documents = [markup.split_document(t, html, spans=m.protects_spans, foreign=m.tokenizer.cannot_spell,
                                        max_depth=depth, terms=terms[m.id]) for t, (m, _) in zip(texts, resolved)]
@@ -122,10 +141,7 @@ async def translate(request: Request, service: ServiceDep):
                                           names=[f"text[{i}]" for i in indices], terms=terms[model.id])
         for i, per_sentence in zip(indices, found):
             translated[i] = rebuild(documents[i], per_sentence)[0]
-    characters = sum(len(t) for t in texts)
-    await service.count_usage(owner_of(key), characters)
-    return {"translations": [{"detected_source_language": deepl_code(m.source), "text": t, "billed_characters": len(x)}
-                             for t, x, (m, _) in zip(translated, texts, resolved)]}
+    return translated, [m.source for m, _ in resolved]
 
 
 @router.get("/languages", summary="Languages (DeepL-compatible)", responses=errors(400))
@@ -155,7 +171,8 @@ async def usage(request: Request, service: ServiceDep):
             responses=errors(403, 429))
 async def glossary_language_pairs(request: Request, service: ServiceDep):
     await admit(request, service, auth_key(request))
-    pairs = [(s, t) for s in service.registry.sources() for t in service.registry.targets(s)]
+    pairs = [(s, t) for s in service.registry.sources() for t in service.registry.targets(s)
+             if f"{s}-{t}" in service.registry.models]
     return {"supported_languages": [{"source_lang": s, "target_lang": t} for s, t in pairs]}
 
 
@@ -168,7 +185,7 @@ async def create_glossary(request: Request, service: ServiceDep):
         raise ApiError(400, "Parameter 'name' not specified.")
     source = our_code(fields.get("source_lang"), "source_lang")
     target = our_code(fields.get("target_lang"), "target_lang")
-    pairs = {(s, t) for s in service.registry.sources() for t in service.registry.targets(s)}
+    pairs = {(m.source, m.target) for m in service.registry.models.values()}  # direct models only
     if (source, target) not in pairs:
         raise ApiError(400, f"Unsupported glossary language pair: {source}->{target}; supported: "
                        f"{', '.join(f'{s}->{t}' for s, t in sorted(pairs))}")

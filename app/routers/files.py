@@ -25,6 +25,7 @@ from app.routers import ServiceDep, errors
 from app.scheduler import BatchKey
 from model.clean import clean_text
 from model.results import put_back
+from model.terms import Terminology
 
 router = APIRouter(tags=["libretranslate"])
 
@@ -85,32 +86,23 @@ async def translate_file(request: Request, service: ServiceDep):
     try:
         sample = " ".join(markup.split_document(t, is_html, spans=False, max_depth=s.max_html_depth).text
                           for t, is_html in zip(texts[:20], html)) if source == "auto" else ""
-        model, _ = service.resolve(source, target, sample)
-        terms = await service.terminology(fields.get("glossary"), _optional_text(fields, "glossary_id"),
-                                          fields.get("do_not_translate"), key or request.headers.get("x-api-key"),
-                                          model)
-        parts = [markup.split_document(t, is_html, spans=model.protects_spans, foreign=model.tokenizer.cannot_spell,
-                                       max_depth=s.max_html_depth, terms=terms)
-                 for t, is_html in zip(texts, html)]
+        pivot = service.registry.pivot(source, target) if source != "auto" else None
+        if pivot and _optional_text(fields, "glossary_id"):
+            raise ApiError(400, f"a stored glossary (glossary_id) is not available through a pivot ({source}->{pivot}->"
+                           f"{target}); send its entries as glossary")
+        legs = [(source, pivot), (pivot, target)] if pivot else [(source, target)]
+        glossary, keep = fields.get("glossary"), fields.get("do_not_translate")
+        for leg, (leg_source, leg_target) in enumerate(legs):
+            model, _ = service.resolve(leg_source, leg_target, sample)
+            terms = await service.terminology(glossary, _optional_text(fields, "glossary_id"), keep,
+                                              key or request.headers.get("x-api-key"), model)
+            if leg == 0 and pivot:  # the second leg keeps the glossary's target terms as written
+                kept = (terms or Terminology())
+                glossary, keep = None, list(dict.fromkeys(kept.keep + list(kept.glossary.values()))) or None
+            texts = await _translate_texts(request, service, model, texts, html, terms, upload.filename, started)
     except markup.TooDeep as e:
         raise ApiError(400, f"{upload.filename}: {e}") from None
-    sentences = [sentence for part in parts for sentence in part.sentences]
-    prepared = [service.encode_sentence(model, sentence, f"a sentence of {upload.filename}", terms)
-                for sentence in sentences]
-    # a model without sentinels puts the placeholders it was not shown back by the attention
-    key = BatchKey(model.id, beam_size=s.default_beam_size, n_best=1, attention=any(m for m, _ in prepared))
-    translations: list[str] = []
-    for start in range(0, len(prepared), s.max_segments):
-        remaining = s.file_timeout_s - (time.monotonic() - started)
-        if remaining <= 0:
-            raise ApiError(504, f"translating {upload.filename} did not finish within {s.file_timeout_s:g} s "
-                           "(NMT_FILE_TIMEOUT_S)")
-        chunk = prepared[start:start + s.max_segments]
-        outcome = await service.translate(request, key, [ids for _, ids in chunk], timeout_s=remaining)
-        translations += [(put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m else r).hypotheses[0].text
-                         for r, (m, _) in zip(outcome.results, chunk)]
-    found = iter(translations)
-    rebuilt = [part.join([next(found) for _ in part.sentences]) for part in parts]
+    rebuilt = texts
     try:
         data = await service.documents.rebuild(upload.filename, upload.data, rebuilt, model.target)
     except DocumentError as e:
@@ -122,6 +114,32 @@ async def translate_file(request: Request, service: ServiceDep):
                        f"{s.file_store_bytes:,} (NMT_FILE_STORE_BYTES)")
     service.metrics.files.labels(extension).inc()
     return LTTranslateFileResponse(translatedFileUrl=str(request.url_for("download_file", file=f"{file_id}.{name}")))
+
+
+async def _translate_texts(request: Request, service, model, texts: list[str], html: list[bool],
+                           terms: Terminology | None, filename: str, started: float) -> list[str]:
+    """A file's texts translated by one model: cut into sentences (spans and terms masked), in
+    jobs of at most NMT_MAX_SEGMENTS sentences, put back together."""
+    s = service.settings
+    parts = [markup.split_document(t, is_html, spans=model.protects_spans, foreign=model.tokenizer.cannot_spell,
+                                   max_depth=s.max_html_depth, terms=terms)
+             for t, is_html in zip(texts, html)]
+    sentences = [sentence for part in parts for sentence in part.sentences]
+    prepared = [service.encode_sentence(model, sentence, f"a sentence of {filename}", terms) for sentence in sentences]
+    # a model without sentinels puts the placeholders it was not shown back by the attention
+    key = BatchKey(model.id, beam_size=s.default_beam_size, n_best=1, attention=any(m for m, _ in prepared))
+    translations: list[str] = []
+    for start in range(0, len(prepared), s.max_segments):
+        remaining = s.file_timeout_s - (time.monotonic() - started)
+        if remaining <= 0:
+            raise ApiError(504, f"translating {filename} did not finish within {s.file_timeout_s:g} s "
+                           "(NMT_FILE_TIMEOUT_S)")
+        chunk = prepared[start:start + s.max_segments]
+        outcome = await service.translate(request, key, [ids for _, ids in chunk], timeout_s=remaining)
+        translations += [(put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m else r).hypotheses[0].text
+                         for r, (m, _) in zip(outcome.results, chunk)]
+    found = iter(translations)
+    return [part.join([next(found) for _ in part.sentences]) for part in parts]
 
 
 @router.get("/download_file/{file}", name="download_file", responses=errors(404, 503),

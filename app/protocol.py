@@ -199,6 +199,8 @@ class ModelInfo(BaseModel):
                                   examples=["avx512_vnni"])
     max_source_tokens: int = Field(description="Longest accepted text in source tokens (EOS included).",
                                    examples=[1024])
+    loaded_on: list[int] = Field(description="The workers that hold it loaded now (NMT_MAX_LOADED_MODELS: the others "
+                                 "load it on first use).", examples=[[0, 1]])
 
 
 class ModelsResponse(BaseModel):

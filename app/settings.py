@@ -33,6 +33,9 @@ class Settings(BaseSettings):
                                   "folder); the model id is '<source>-<target>'.")
     model_cache: str = Field("~/.cache/nmt/models", description="Where Argos packages named in NMT_MODEL_DIRS are "
                              "converted to (once per package content; a changed package is converted again).")
+    max_loaded_models: int = Field(0, ge=0, description="Models each worker keeps loaded: 0, all of them from the "
+                                   "start; N, the first at start and each other on first use (its first batch waits "
+                                   "for the load), the least recently used unloaded past N.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="'auto' takes CUDA when available.")
     dtype: Literal["auto", "float32", "float16", "bfloat16", "int8"] = Field(
         "auto", description="Weights and activations dtype. auto: bfloat16 on CUDA GPUs from Ampere on and CPUs "

@@ -65,6 +65,7 @@ class Worker:
     fused: bool = False  # whether an int8 model's encoder and decoder step run as one C++ call each
     int8_path: str | None = None  # which int8 product path (model/kernels/int8.cpp), when int8
     dtype: str | None = None  # the compute type its translators resolved ("auto" made concrete)
+    loaded: list[str] = field(default_factory=list)  # the models it holds now (NMT_MAX_LOADED_MODELS)
     restarts: int = 0
     process: Any = None
     conn: Any = None
@@ -90,6 +91,7 @@ class WorkerPool:
     batch_timeout_s: float = 60.0  # a batch running longer is taken as a hung worker
     start_timeout_s: float = 600.0
     fault_injection: bool = False
+    max_loaded: int = 0  # models a worker keeps loaded (0: all, from the start)
     on_busy: Any = None  # callable(worker index, seconds) after every batch
     workers: list[Worker] = field(init=False)
 
@@ -125,7 +127,7 @@ class WorkerPool:
                 w.state, w.reason = "idle", ""
                 features = reply[2]
                 w.cpu_kernels, w.fused, w.int8_path = features["cpu_kernels"], features["fused"], features["int8_path"]
-                w.dtype = features["dtype"]
+                w.dtype, w.loaded = features["dtype"], features.get("loaded", [])
                 self._idle.put_nowait(w)
                 return
             self._kill(w)
@@ -140,7 +142,8 @@ class WorkerPool:
         w.conn = parent
         w.process = self._context.Process(
             target=_worker_entry, name=f"nmt-worker-{w.index}", daemon=True,
-            args=(child, self.models, w.device, self.dtype, self.threads, self.batch_tokens, self.fault_injection))
+            args=(child, self.models, w.device, self.dtype, self.threads, self.batch_tokens, self.fault_injection,
+                  self.max_loaded))
         w.process.start()
         child.close()  # so that recv sees EOF when the process dies
         loop = asyncio.get_running_loop()
@@ -188,6 +191,7 @@ class WorkerPool:
         self._idle.put_nowait(w)
         if reply[0] == "error":
             raise WorkerError(f"worker {w.index}: {reply[1]}")
+        w.loaded = reply[2]
         return reply[1]
 
     def _replace(self, w: Worker, reason: str) -> WorkerError:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections import OrderedDict
 
 import torch
 
@@ -29,22 +30,46 @@ def _inject_faults(translator, sources: list[list[int]]) -> None:
             time.sleep(FAULT_SLOW_S)
 
 
+class Translators:
+    """A worker's translators: every model loaded at start, or with `max_loaded` (> 0) the first at
+    start and each other on first use, at most `max_loaded` kept (the least recently used goes)."""
+
+    def __init__(self, models: dict[str, str], device: str, dtype: str, max_loaded: int = 0):
+        self.models, self.device, self.dtype, self.max_loaded = models, device, dtype, max_loaded
+        self.loaded: OrderedDict[str, Translator] = OrderedDict()
+        for model_id in list(models)[: max_loaded or len(models)]:
+            self.get(model_id)
+
+    def get(self, model_id: str) -> Translator:
+        if model_id in self.loaded:
+            self.loaded.move_to_end(model_id)
+            return self.loaded[model_id]
+        while self.max_loaded and len(self.loaded) >= self.max_loaded:
+            self.loaded.popitem(last=False)
+        translator = self.loaded[model_id] = Translator.load(self.models[model_id], device=self.device,
+                                                             dtype=self.dtype)
+        return translator
+
+
 def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: int, batch_tokens: int,
-                fault_injection: bool) -> None:
-    """Process entry point: load every model, then translate batches until told to stop."""
+                fault_injection: bool, max_loaded: int = 0) -> None:
+    """Process entry point: load the models (all, or the first max_loaded), then translate
+    batches until told to stop; every reply says which models it holds."""
     # Ctrl-C reaches the whole process group; the server decides when workers stop, after
     # finishing in-flight work.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(threads)
     try:
-        translators = {model_id: Translator.load(d, device=device, dtype=dtype) for model_id, d in models.items()}
+        held = Translators(models, device, dtype, max_loaded)
+        translators = held.loaded
     except Exception as e:
         send_message(conn, ("failed", f"loading models failed: {type(e).__name__}: {e}"))
         return
     features = {"dtype": next(iter(translators.values())).dtype,
                 "cpu_kernels": any(t.cpu_kernels for t in translators.values()),
                 "fused": any(t.fused for t in translators.values()),
-                "int8_path": next((t.int8_path for t in translators.values() if t.int8_path), None)}
+                "int8_path": next((t.int8_path for t in translators.values() if t.int8_path), None),
+                "loaded": list(translators)}
     send_message(conn, ("ready", os.getpid(), features))
     while True:
         try:
@@ -57,7 +82,7 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
             os._exit(0)
         key, sources = message
         try:
-            translator = translators[key.model]
+            translator = held.get(key.model)  # loaded now if it is not (the batch's time counts it)
             if fault_injection:
                 _inject_faults(translator, sources)
             results = translator.translate(sources, beam_size=key.beam_size, n_best=key.n_best,
@@ -73,7 +98,7 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
             if fatal:
                 os._exit(1)
         else:
-            send_message(conn, ("ok", plain(results)))
+            send_message(conn, ("ok", plain(results), list(held.loaded)))
 
 
 def plain(results: list[TranslationResult]) -> list[TranslationResult]:

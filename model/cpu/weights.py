@@ -17,6 +17,9 @@ attention capture is unchanged. Neither can be trained or saved; load the checkp
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -154,6 +157,14 @@ class Int8Linear(nn.Module):
 
 
 @torch.no_grad()
+def release_freed_memory() -> None:
+    """Hand the heap pages freed so far back to the operating system (glibc's malloc_trim).
+    Quantizing frees the float32 weights, but glibc keeps freed pages for later allocations, so
+    without this a worker of int8 models stays as large as it was with float32 ones."""
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to do
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 def quantize_linear_int8(model: nn.Module) -> nn.Module:
     """Replace every nn.Linear of a float32 CPU model by an Int8Linear, in place; they run on the
     C++ kernels where those are built (decided now, once), else on the PyTorch twin."""
@@ -162,4 +173,5 @@ def quantize_linear_int8(model: nn.Module) -> nn.Module:
         for name, child in list(module.named_children()):
             if isinstance(child, nn.Linear):
                 setattr(module, name, Int8Linear(child, kernel_module))
+    release_freed_memory()
     return model

@@ -107,9 +107,13 @@ def translate(translator: Translator, texts: list[str], beam: int, terms: list[T
 
 
 def evaluate(model: str, data: str, cache: str, beam: int = 4, limit: int = 400, threads: int = 2,
-             dtype: str = "auto", seed: int = 0) -> dict:
+             dtype: str = "auto", seed: int = 0, no_sentinels: bool = False) -> dict:
+    """no_sentinels: the model run as one without sentinel pieces (an imported model): terms
+    taken out and put back by the attention (protect.take_out, place)."""
     torch.set_num_threads(threads)
     translator = Translator.load(model, device="cpu", dtype=dtype)
+    if no_sentinels:
+        translator.tokenizer.has_sentinels = False
     src_lang = translator.metadata.get("source_lang", "en")
     if src_lang != "en":
         raise SystemExit("eval-terms builds its glossary from English glosses: an en-* model")
@@ -154,7 +158,7 @@ def evaluate(model: str, data: str, cache: str, beam: int = 4, limit: int = 400,
         dnt[label] = {"sentences": len(items), "kept_pct": round(100 * kept / max(1, len(items)), 2),
                       "kept_alone_pct": round(100 * alone / max(1, len(items)), 2)}
     return {
-        "model": model, "beam": beam, "dtype": translator.dtype, "threads": threads,
+        "model": model, "beam": beam, "dtype": translator.dtype, "threads": threads, "no_sentinels": no_sentinels,
         "glossary": {
             "candidates": len(candidates), "model_alone_writes_term_pct": round(
                 100 * (len(candidates) - len(missing)) / max(1, len(candidates)), 2),
@@ -188,7 +192,8 @@ def markdown(report: dict) -> str:
 
 
 def eval_terms_command(args) -> dict:
-    report = evaluate(args.model, args.data, args.cache, args.beam, args.limit, args.threads, args.dtype)
+    report = evaluate(args.model, args.data, args.cache, args.beam, args.limit, args.threads, args.dtype,
+                      no_sentinels=args.no_sentinels)
     print(markdown(report))
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
@@ -203,6 +208,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, default=400, help="sentences per set")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "int8"])
+    p.add_argument("--no-sentinels", action="store_true", help="run the model as one without sentinel pieces: "
+                   "terms taken out and put back by the attention (how imported models take them)")
     p.add_argument("--out", help="write the JSON report here")
 
 

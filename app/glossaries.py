@@ -123,6 +123,14 @@ def inline_terminology(glossary, do_not_translate) -> Terminology | None:
     return Terminology(entries, keep)
 
 
+def kept_by_second_leg(terms: Terminology | None) -> list[str] | None:
+    """Through a pivot (A -> B -> C) the first leg writes the glossary's target terms and keeps the
+    do-not-translate terms; the second leg keeps both as written."""
+    if not terms:
+        return None
+    return list(dict.fromkeys(terms.keep + list(terms.glossary.values()))) or None
+
+
 # --- the stores ----------------------------------------------------------------------------------
 
 def _record(g: Glossary) -> str:

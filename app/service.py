@@ -27,7 +27,7 @@ from app.cache import TranslationCache
 from app.documents.isolated import DocumentReader
 from app.documents.limits import Limits
 from app.errors import ApiError
-from app.glossaries import inline_terminology, open_glossaries, owner_of
+from app.glossaries import inline_terminology, kept_by_second_leg, open_glossaries, owner_of
 from app.keys import ApiKey, open_keys
 from app.language import LanguageDetector
 from app.limits import RateLimiter
@@ -287,6 +287,14 @@ class Service:
             log.warning("usage not counted: %s", e)
             return 0
 
+    def second_leg_terms(self, glossary, do_not_translate) -> list[str] | None:
+        """A request's inline glossary and do-not-translate terms as the terms the second leg of a
+        pivot keeps as written (app/glossaries.py); a 400 says what is wrong with them."""
+        try:
+            return kept_by_second_leg(inline_terminology(glossary, do_not_translate))
+        except TermError as e:
+            raise ApiError(400, str(e)) from None
+
     def encode_text(self, model: ServedModel, text: str, name: str) -> list[int]:
         """Token ids of one masked text, or a 400 naming it (`name`) and the model's limit (never truncated)."""
         ids = model.encode(text)
@@ -305,11 +313,11 @@ class Service:
         masked = model.mask(sentence, terms)
         return (masked if masked.taken_out else None), self.encode_text(model, masked.text, name)
 
-    def encode(self, model: ServedModel, texts: list[str], field: str, char_limit: int | None = None,
-               terms: Terminology | None = None) -> tuple[list[protect.Masked], list[list[int]]]:
-        """Each text masked (its protected spans, and `terms`, as sentinels) and its token ids, each
-        translated as one sequence; a 400 when accept_texts or the model's token limit refuses one."""
-        texts = self.accept_texts(texts, field, char_limit=char_limit)
+    def encode(self, model: ServedModel, texts: list[str], field: str, terms: Terminology | None = None,
+               ) -> tuple[list[protect.Masked], list[list[int]]]:
+        """Each text (as accept_texts returned it) masked (its protected spans, and `terms`, as
+        sentinels) and its token ids, each translated as one sequence; a 400 when the model's token
+        limit refuses one."""
         masked = [model.mask(text, terms) for text in texts]
         return masked, [self.encode_text(model, m.text, item_name(field, i, len(texts))) for i, m in enumerate(masked)]
 

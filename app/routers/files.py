@@ -20,6 +20,7 @@ from app import documents, markup
 from app.documents.isolated import DocumentError
 from app.errors import ApiError
 from app.forms import read_fields
+from app.glossaries import kept_by_second_leg
 from app.protocol import LTTranslateFileResponse
 from app.routers import ServiceDep, errors
 from app.scheduler import BatchKey
@@ -97,14 +98,12 @@ async def translate_file(request: Request, service: ServiceDep):
             terms = await service.terminology(glossary, _optional_text(fields, "glossary_id"), keep,
                                               key or request.headers.get("x-api-key"), model)
             if leg == 0 and pivot:  # the second leg keeps the glossary's target terms as written
-                kept = (terms or Terminology())
-                glossary, keep = None, list(dict.fromkeys(kept.keep + list(kept.glossary.values()))) or None
+                glossary, keep = None, kept_by_second_leg(terms)
             texts = await _translate_texts(request, service, model, texts, html, terms, upload.filename, started)
     except markup.TooDeep as e:
         raise ApiError(400, f"{upload.filename}: {e}") from None
-    rebuilt = texts
     try:
-        data = await service.documents.rebuild(upload.filename, upload.data, rebuilt, model.target)
+        data = await service.documents.rebuild(upload.filename, upload.data, texts, model.target)
     except DocumentError as e:
         raise ApiError(e.status, f"{upload.filename}: translated, but {e.message}") from None
     name = documents.output_name(upload.filename, model.target)

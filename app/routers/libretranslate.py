@@ -25,7 +25,6 @@ from pydantic import BaseModel, ValidationError
 from app import documents, markup
 from app.errors import ApiError, describe_validation
 from app.forms import read_fields
-from app.glossaries import inline_terminology
 from app.protocol import (
     DetectedLanguage,
     Language,
@@ -44,7 +43,7 @@ from app.routers import ServiceDep, errors
 from app.scheduler import BatchKey
 from app.service import Service, item_name
 from model.results import put_back
-from model.terms import TermError, Terminology, report
+from model.terms import Terminology, report
 
 router = APIRouter(tags=["libretranslate"])
 
@@ -85,13 +84,9 @@ async def translate(request: Request, service: ServiceDep):
         raise ApiError(400, f"{'alternatives' if body.alternatives else 'a stored glossary (glossary_id)'} is not "
                        f"available through a pivot ({through}); send its entries as glossary")
     first = await translate_texts(request, service, body.model_copy(update={"target": pivot}), texts, char_limit)
-    try:
-        terms = inline_terminology(body.glossary, body.do_not_translate) or Terminology()
-    except TermError as e:
-        raise ApiError(400, str(e)) from None
-    keep = list(dict.fromkeys(terms.keep + list(terms.glossary.values())))
+    keep = service.second_leg_terms(body.glossary, body.do_not_translate)
     second_body = body.model_copy(update={"source": pivot, "glossary": None, "glossary_id": None,
-                                          "do_not_translate": keep or None})
+                                          "do_not_translate": keep})
     middle = [first.translatedText] if isinstance(body.q, str) else first.translatedText
     second = await translate_texts(request, service, second_body, middle, char_limit)
     return LTTranslateResponse(translatedText=second.translatedText, terms=first.terms)

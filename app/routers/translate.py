@@ -9,7 +9,6 @@ from fastapi import APIRouter, Header, Request
 
 from app.alignments import Alignment, rounded
 from app.errors import ApiError
-from app.glossaries import inline_terminology
 from app.protocol import (
     Alternative,
     SpanRepair,
@@ -24,7 +23,7 @@ from app.routers import ServiceDep, errors
 from app.scheduler import BatchKey
 from app.service import Service
 from model.results import Translation, TranslationResult, put_back, restore
-from model.terms import TermError, Terminology, report
+from model.terms import report
 
 router = APIRouter(tags=["translate"])
 
@@ -83,14 +82,9 @@ async def translate(body: TranslateRequest, request: Request, service: ServiceDe
         raise ApiError(400, f"{', '.join(refused)}: not available through a pivot ({through}) yet")
     first = await translate_one_hop(body.model_copy(update={"target": pivot}), request, service, key, texts,
                                     char_limit, start)
-    try:
-        terms = inline_terminology(body.glossary, body.do_not_translate) or Terminology()
-    except TermError as e:
-        raise ApiError(400, str(e)) from None
-    keep = list(dict.fromkeys(terms.keep + list(terms.glossary.values())))
+    keep = service.second_leg_terms(body.glossary, body.do_not_translate)
     middle = [t.text for t in first.translations]
-    second = await translate_one_hop(body.model_copy(update={"source": pivot, "glossary": None, "do_not_translate":
-                                                             keep or None}),
+    second = await translate_one_hop(body.model_copy(update={"source": pivot, "glossary": None, "do_not_translate": keep}),
                                      request, service, key, middle, char_limit, start)
     for out, leg in zip(second.translations, first.translations):
         out.terms = leg.terms
@@ -104,8 +98,8 @@ async def translate(body: TranslateRequest, request: Request, service: ServiceDe
 async def translate_one_hop(body: TranslateRequest, request: Request, service: Service, key: str | None,
                             texts: list[str], char_limit: int, start: float) -> TranslateResponse:
     """/v1/translate's work with one model."""
-    resolved = await service.resolve_each(body.source, body.target, service.accept_texts(texts, "text", char_limit=char_limit),
-                                          "text")
+    texts = service.accept_texts(texts, "text", char_limit=char_limit)  # cleaned, as the model reads them
+    resolved = await service.resolve_each(body.source, body.target, texts, "text")
     model = resolved[0][0]
     other = next((i for i, (m, _) in enumerate(resolved) if m.id != model.id), None)
     if other is not None:  # one model per request: its response names it
@@ -113,7 +107,7 @@ async def translate_one_hop(body: TranslateRequest, request: Request, service: S
                        f"{language_name(resolved[other][0].source)}; send one language per request (or use /translate, "
                        "which translates each text from its own language)")
     terms = await service.terminology(body.glossary, body.glossary_id, body.do_not_translate, key, model)
-    masked, sources = service.encode(model, texts, "text", char_limit, terms)
+    masked, sources = service.encode(model, texts, "text", terms)
     # a model without sentinels puts the spans it was not shown back by the attention
     taken_out = any(m.taken_out for m in masked)
     key = BatchKey(model.id, body.beam_size, body.n_best, body.length_penalty, body.max_length,
@@ -123,7 +117,7 @@ async def translate_one_hop(body: TranslateRequest, request: Request, service: S
                for r, m in zip(outcome.results, masked)]
     translations = [await translation_out(service, model.id, r, body) for r in results]
     if terms:  # every masked term is in the output (protect.repair); the others could not be masked
-        for out, text, m in zip(translations, service.accept_texts(texts, "text", char_limit=char_limit), masked):
+        for out, text, m in zip(translations, texts, masked):
             out.terms = TermsReport(**report(terms, {t.entry for t in terms.find(text)}, set(m.terms.values())))
     timing = Timing(queue_ms=round(outcome.queue_s * 1000, 2), compute_ms=round(outcome.compute_s * 1000, 2),
                     total_ms=round((time.perf_counter() - start) * 1000, 2))

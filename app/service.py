@@ -111,14 +111,15 @@ class Service:
                                           {model_id: model.fingerprint for model_id, model in self.registry.models.items()})
         cuda = visible_cuda_devices() if s.device != "cpu" else 0
         self.device_kind, devices, threads = s.worker_layout(cuda)
+        batch_tokens = s.batch_token_budget(self.device_kind)
         m = self.metrics
         self.pool = WorkerPool(
             {model_id: str(model.directory) for model_id, model in self.registry.models.items()}, devices,
-            threads=threads, dtype=s.dtype, batch_tokens=s.batch_tokens, batch_timeout_s=s.request_timeout_s + 30,
+            threads=threads, dtype=s.dtype, batch_tokens=batch_tokens, batch_timeout_s=s.request_timeout_s + 30,
             start_timeout_s=s.worker_start_timeout_s, fault_injection=s.fault_injection,
             max_loaded=s.max_loaded_models,
             on_busy=lambda index, seconds: m.worker_busy.labels(str(index)).inc(seconds))
-        self.scheduler = Scheduler(self.pool.run, slots=len(devices), batch_tokens=s.batch_tokens,
+        self.scheduler = Scheduler(self.pool.run, slots=len(devices), batch_tokens=batch_tokens,
                                    max_wait_s=s.max_wait_ms / 1000, max_queue_items=s.max_queue_items,
                                    on_batch=self._observe_batch)
         m.queue_depth.set_function(lambda: self.scheduler.queued)

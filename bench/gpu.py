@@ -122,6 +122,25 @@ def engine_table(args, device: str) -> list[dict]:
     return rows
 
 
+def profile_ours(args, device: str) -> str:
+    """torch.profiler's operator table for one beam search of ours (the first dtype) at --profile
+    sentences: where a step's time goes, and how many kernels it launches."""
+    from torch.profiler import ProfilerActivity, profile
+
+    paths = prepare(args.workdir, args.shape, need_ct2=False)
+    engine = Ours(paths["ours"], device, args.dtypes.split(",")[0])
+    sources = make_sources(args.profile, args.src_len, SHAPES[args.shape]["vocab"], {SHAPES[args.shape]["vocab"] - 1}, EOS)
+    engine.run(sources, args.beam, args.tgt_len)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+    with profile(activities=activities) as prof:
+        engine.run(sources, args.beam, args.tgt_len)
+        synchronize(device)
+    sort = "cuda_time_total" if device.startswith("cuda") else "cpu_time_total"
+    return (f"ours, {args.dtypes.split(',')[0]}, beam {args.beam} x batch {args.profile}, {args.tgt_len} steps\n\n"
+            + prof.key_averages().table(sort_by="cpu_time_total", row_limit=30) + "\n\n"
+            + prof.key_averages().table(sort_by=sort, row_limit=30))
+
+
 def training_throughput(args, device: str) -> dict:
     """Updates of the shipped model's shape on random batches (bf16 autocast on CUDA)."""
     from model.transformer import Transformer
@@ -186,6 +205,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--tgt-len", type=int, default=30, help="forced target tokens")
     ap.add_argument("--train-batch", type=int, default=256)
     ap.add_argument("--train-steps", type=int, default=30)
+    ap.add_argument("--profile", type=int, default=0, metavar="BATCH",
+                    help="also profile one beam search of ours at this batch (DIR/profile.txt: the top operators)")
     ap.add_argument("--workdir", type=Path, default=ROOT / "artifacts" / "bench")
     args = ap.parse_args(argv)
     if args.check:
@@ -198,6 +219,9 @@ def main(argv: list[str] | None = None) -> dict:
         device = "cuda"
     device_name = torch.cuda.get_device_name(0) if device == "cuda" else "CPU (--check)"
     rows = engine_table(args, device)
+    if args.profile:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "profile.txt").write_text(profile_ours(args, device))
     train = training_throughput(args, device)
     engine_md, train_md = markdown(rows, train, device_name)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -182,14 +182,17 @@ async def load_test(url: str, sentences: list[str], pair: dict, args, server_pid
 def offline(model: str, sentences: list[str], threads: int, args) -> tuple[float, int]:
     import torch
 
+    from app.settings import Settings
     from model.translator import Translator
 
     torch.set_num_threads(threads)
     translator = Translator.load(model, device=None if args.device in (None, "auto") else args.device,
                                  dtype=args.dtype or "auto")
     translator.translate(sentences[:4], beam_size=args.beam_size)  # warm-up
+    # the service's budget: NMT_BATCH_TOKENS, else its default for the device
+    budget = Settings(batch_tokens=args.batch_tokens or 0).batch_token_budget(translator.device.type)
     start = time.perf_counter()
-    translator.translate(sentences, beam_size=args.beam_size, batch_tokens=args.batch_tokens or 4096)
+    translator.translate(sentences, beam_size=args.beam_size, batch_tokens=budget)
     return time.perf_counter() - start, sum(len(translator.encode(s)) for s in sentences)
 
 

@@ -91,7 +91,8 @@ def topk_rows(x: Tensor, n: int) -> tuple[Tensor, Tensor]:
     """
     R, V = x.shape
     n_blocks = V // _BLOCK_SIZE
-    if V % _BLOCK_SIZE or n_blocks < 4 * n:
+    # on a GPU, torch's top-k is one fast kernel and each extra pass costs a launch
+    if V % _BLOCK_SIZE or n_blocks < 4 * n or x.device.type != "cpu":
         return x.topk(n, dim=-1)
     blocks = x.view(R, _BLOCK_SIZE, n_blocks)  # blocks[:, :, j] is block j
     best = blocks.amax(1).topk(n, dim=-1).indices  # (R, n) blocks
@@ -123,6 +124,8 @@ def rows_top(logits: Tensor, m: int, banned: tuple[int, ...]) -> tuple[Tensor, T
     # bf16/fp16 logits: convert all rows in one pass first; upcasting slice by slice inside
     # log_softmax is slower (128 x 32000 bf16 rows, 1 thread: 7.9 ms -> 5.1 ms per step)
     logits = logits.float()
+    if logits.device.type != "cpu":  # all rows at once: on a GPU each slice would cost launches
+        return _row_top(logits, m, banned)
     # a few rows at a time, so that each (rows, V) float32 block stays in cache across its passes
     # (the vocabulary-wide passes are memory-bound; a block of all N rows is tens of MB)
     best = [_row_top(rows, m, banned) for rows in logits.split(max(1, _CACHE_FLOATS // logits.size(-1)))]

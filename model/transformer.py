@@ -17,11 +17,13 @@ contract (model/kernels: the C++ kernel for a decoder step on the CPU).
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from model.config import ModelConfig
 
@@ -64,6 +66,16 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights
         scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
     weights = scores.softmax(dim=-1, dtype=torch.float32)
     return F.dropout(weights, dropout).to(v.dtype) @ v, weights
+
+
+def inference_attention_backends(device: torch.device):
+    """A context that picks PyTorch's fused attention kernels for decoding on `device`. On CUDA:
+    flash, memory-efficient or math, never cuDNN's, which builds a graph on the host for each new
+    shape (16.7 ms of CPU per call on an H200 with torch 2.11, bench/gpu.py --profile), and a
+    decoder step is a new shape every step. Elsewhere nothing changes."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
 class MultiHeadAttention(nn.Module):

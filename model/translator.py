@@ -25,7 +25,7 @@ from model.results import Translation, TranslationResult, restore
 from model.search import IncrementalDecoder, SelectFn, beam_search, select
 from model.terms import Terminology, report
 from model.tokenizer import Tokenizer
-from model.transformer import Transformer, attention
+from model.transformer import Transformer, attention, inference_attention_backends
 
 
 def default_device() -> str:
@@ -234,8 +234,9 @@ class Translator:
         for row, x in enumerate(ids):
             src[row, : len(x)] = torch.tensor(x)
         caps = torch.tensor([self.length_cap(len(x), max_decoding_length) for x in ids])
-        return beam_search(self.decoder, src.to(self.device), beam_size, n_best, length_penalty,
-                           caps.to(self.device), return_attention, min_length, self.select_fn)
+        with inference_attention_backends(self.device):
+            return beam_search(self.decoder, src.to(self.device), beam_size, n_best, length_penalty,
+                               caps.to(self.device), return_attention, min_length, self.select_fn)
 
     def has_sentinel(self, ids: list[int]) -> bool:
         return self.tokenizer.has_sentinels and any(i in self.tokenizer.sentinel_ids for i in ids)

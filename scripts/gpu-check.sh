@@ -12,7 +12,7 @@
 # httpx, prometheus-client; no network) the other packages come from artifacts/gpu-wheels, which
 # scripts/gpu-wheels.sh fills here and the device run carries:
 #   device run: command "bash scripts/gpu-check.sh \$OUT", carry ["artifacts/gpu-wheels"]
-# They go into a virtual environment over the machine's own packages, so its torch stays.
+# They are unpacked (no dependencies resolved) into /tmp/nmt-gpu-site, after the machine's own packages on the path.
 #
 # Without CUDA it says so, checks that each step would run (bench/gpu.py --check on the CPU, the
 # CUDA tests collected, the service benchmark's options), and exits 0.
@@ -26,6 +26,8 @@ if [ -z "$PY" ]; then
   if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" OMP_WAIT_POLICY=PASSIVE
+# lingua (language detection) does not travel to the GPU machine (scripts/gpu-wheels.sh); nothing here detects
+export NMT_DETECT_LANGUAGES=none
 status=0
 step() {  # step NAME SECONDS COMMAND...: runs it with a deadline, its output in OUT/NAME.txt
   local name=$1 limit=$2
@@ -48,17 +50,14 @@ if [ "$cuda" != 1 ]; then
 fi
 
 if [ -d artifacts/gpu-wheels ]; then
-  "$PY" -m venv --system-site-packages /tmp/nmt-gpu-env && PY=/tmp/nmt-gpu-env/bin/python
-  step install 180 "$PY" -m pip install --no-index --find-links artifacts/gpu-wheels fastapi "uvicorn[standard]" \
-    pydantic pydantic-settings python-multipart polib sacrebleu pytest pytest-timeout redis
-  "$PY" -m pip install -q --no-index --find-links artifacts/gpu-wheels ctranslate2 >/dev/null 2>&1 \
-    || echo "ctranslate2: no wheel installed (the table leaves it out)" | tee -a "$OUT/summary.txt"
+  step install 120 "$PY" -m pip install --no-index --no-deps --no-compile --target /tmp/nmt-gpu-site artifacts/gpu-wheels/*.whl
+  export PYTHONPATH="$PYTHONPATH:/tmp/nmt-gpu-site"
 fi
 { nvidia-smi; "$PY" -c "import torch, sys; print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda)"; } \
   >"$OUT/machine.txt" 2>&1
 step cuda-tests 150 "$PY" -m pytest -q -m cuda -p no:cacheprovider tests/test_cuda.py
-step bench-gpu 240 "$PY" bench/gpu.py --out "$OUT/bench"
+step bench-gpu 240 "$PY" bench/gpu.py --out "$OUT/bench" --profile 128
 step service-load 150 "$PY" bench/service.py --model checkpoints/en-de --device cuda --clients 64 --seconds 20 \
-  --client raw --data training/examples.en --json "$OUT/service.json"
+  --client raw --json "$OUT/service.json"
 cat "$OUT/summary.txt"
 exit $status

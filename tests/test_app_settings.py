@@ -35,6 +35,13 @@ def test_worker_layout(monkeypatch):
         Settings(dtype="int8").worker_layout(1)
 
 
+def test_batch_budget_follows_the_device_unless_set():
+    assert Settings().batch_token_budget("cpu") == 4096 and Settings().batch_token_budget("cuda") == 32768
+    assert Settings(batch_tokens=1000).batch_token_budget("cuda") == 1000
+    with pytest.raises(ValueError, match="at least 16"):
+        Settings(batch_tokens=8)
+
+
 def test_cors_preflight():
     app = create_app(Settings(model_dirs=["/nonexistent"], cors_origins=["https://ui.example"]))
     client = TestClient(app)  # no lifespan: the preflight needs no model

@@ -9,8 +9,8 @@ and `sentencepiece.model`. Installed packages live in one folder each under ARGO
 else ~/.local/share/argos-translate/packages, where LibreTranslate finds them.
 
 `checkpoints(entries, cache)` turns what NMT_MODEL_DIRS names (our checkpoints, packages,
-`.argosmodel` files, packages folders, and `argos`: the installed packages) into our checkpoint
-directories. A package is converted
+`.argosmodel` files, packages folders, `argos`: the installed packages, and Marian release
+folders: model/convert/marian_npz.py) into our checkpoint directories. A package is converted
 once into `cache/<fingerprint>/`, the fingerprint a SHA-256 of the package's files, so a changed
 package is converted again and an unchanged one is not. The service runs this in a child process
 (`python -m model.convert.argos`): the HTTP process never imports torch.
@@ -29,6 +29,7 @@ import zipfile
 from pathlib import Path
 
 from model.convert.ctranslate2 import CT2ImportError, import_ct2
+from model.convert.marian_npz import MarianNpzError, import_marian_npz, is_release
 
 DEFAULT_PACKAGES_DIR = Path.home() / ".local" / "share" / "argos-translate" / "packages"
 MAX_PACKAGE_BYTES = 4 * 2**30  # an .argosmodel inflated: base models are ~100-300 MB
@@ -113,13 +114,14 @@ def unpack(archive: Path, cache: Path) -> Path:
     return folders[0]
 
 
-def converted(package: Path, cache: Path) -> Path:
-    """The package as a checkpoint in cache/<fingerprint>/, converted now if it is not there."""
+def converted(package: Path, cache: Path, importer=None) -> Path:
+    """The package (or Marian release folder, with importer=import_marian_npz) as a checkpoint in
+    cache/<fingerprint>/, converted now if it is not there."""
     out = cache / fingerprint(package)
     if not is_checkpoint(out):
         partial = Path(tempfile.mkdtemp(dir=cache, prefix=".converting-"))
         try:
-            import_argos(package, partial)
+            (importer or import_argos)(package, partial)
             os.replace(partial, out)
         finally:
             shutil.rmtree(partial, ignore_errors=True)
@@ -140,11 +142,13 @@ def checkpoints(entries: list[str], cache: str | Path) -> list[Path]:
             out.append(converted(unpack(path, cache), cache))
         elif is_package(path):
             out.append(converted(path, cache))
+        elif is_release(path):
+            out.append(converted(path, cache, import_marian_npz))
         elif path.is_dir() and any(is_package(p) for p in path.iterdir()):
             out += [converted(p, cache) for p in sorted(path.iterdir()) if is_package(p)]
         else:
-            raise CT2ImportError(f"{entry}: not a checkpoint directory, an Argos package, an .argosmodel file or a "
-                                 "folder of Argos packages")
+            raise CT2ImportError(f"{entry}: not a checkpoint directory, an Argos package, an .argosmodel file, a "
+                                 "folder of Argos packages or a Marian release folder (decoder.yml and an .npz)")
     return out
 
 
@@ -170,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         print(json.dumps([str(p) for p in checkpoints(args.entries, args.cache)]))
-    except (CT2ImportError, OSError, ValueError, zipfile.BadZipFile) as e:
+    except (CT2ImportError, MarianNpzError, OSError, ValueError, zipfile.BadZipFile) as e:
         print(f"{e}", file=sys.stderr)
         sys.exit(2)
 

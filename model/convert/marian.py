@@ -365,7 +365,12 @@ def import_marian(hf_dir: str | Path, out_dir: str | Path, dtype: str = "float32
 
 
 def _command(args: argparse.Namespace) -> None:
-    out = import_marian(args.hf_dir, args.out_dir, dtype=args.dtype)
+    from model.convert.marian_npz import import_marian_npz, is_release
+
+    if is_release(Path(args.hf_dir)):
+        out = import_marian_npz(args.hf_dir, args.out_dir, args.source, args.target, dtype=args.dtype)
+    else:
+        out = import_marian(args.hf_dir, args.out_dir, dtype=args.dtype)
     c = ModelConfig.load(out / "config.json")
     print(f"imported {args.hf_dir} -> {out}: d_model {c.d_model}, {c.n_heads} heads, ffn {c.d_ff}, "
           f"{c.encoder_layers}+{c.decoder_layers} layers, {c.activation}, vocab {c.src_vocab_size}/{c.tgt_vocab_size}"
@@ -374,12 +379,17 @@ def _command(args: argparse.Namespace) -> None:
 
 def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "import-marian", help="convert a Hugging Face MarianMT directory (safetensors) into a checkpoint",
+        "import-marian", help="convert a Marian model (a Hugging Face MarianMT folder or an OPUS-MT .npz release "
+                              "folder) into a checkpoint",
         description="Convert a Hugging Face MarianMT model directory (config.json, model.safetensors, source.spm, "
-                    "target.spm, vocab.json [, target_vocab.json]) into this project's checkpoint format.")
-    p.add_argument("hf_dir", metavar="HF_DIR", help="the Hugging Face model directory")
+                    "target.spm, vocab.json [, target_vocab.json]) or a Marian release folder as OPUS-MT-train and "
+                    "the Tatoeba-Challenge publish it (decoder.yml, the .npz, its .yml vocabularies, source.spm, "
+                    "target.spm, README.md) into this project's checkpoint format.")
+    p.add_argument("hf_dir", metavar="MODEL_DIR", help="the Hugging Face model directory or the release folder")
     p.add_argument("out_dir", metavar="OUT_DIR", help="checkpoint directory to write")
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="dtype of the stored weights")
+    p.add_argument("--source", help="a release folder's source language (default: its README.md's)")
+    p.add_argument("--target", help="a release folder's target language (default: its README.md's)")
     p.set_defaults(func=_command)
     return p
 

@@ -11,7 +11,7 @@ import hashlib
 import json
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from app.language import CLEAR, LanguageDetector
@@ -31,8 +31,22 @@ LANGUAGE_NAMES = {
 }
 
 
+# Argos packages name regional variants with codes of their own; LibreTranslate reports those as
+# these (libretranslate/language.py), accepts either, and falls back to the language's other
+# variant when only one is installed. So do we: models keep the package's code, requests may use
+# either, and the languages lists report these.
+VARIANT_CODES = {"pb": "pt-BR", "zh": "zh-Hans", "zt": "zh-Hant"}
+_ALIASES = {v.lower(): k for k, v in VARIANT_CODES.items()} | {"zh-cn": "zh", "zh-tw": "zt"}
+_OTHER_VARIANT = {"pt": "pb", "pb": "pt", "zh": "zt", "zt": "zh"}
+
+
 def language_name(code: str) -> str:
     return LANGUAGE_NAMES.get(code) or detector_language_name(code)
+
+
+def reported_code(code: str) -> str:
+    """The code the languages lists and detectedLanguage show for a model's code ('pb' -> 'pt-BR')."""
+    return VARIANT_CODES.get(code, code)
 
 
 @dataclass
@@ -45,6 +59,8 @@ class ServedModel:
     tokenizer: Tokenizer
     parameters: int
     fingerprint: str = ""  # SHA-256 of its weights file: a cached translation belongs to these weights
+    names: dict[str, str] = field(default_factory=dict)  # language names its package gives (Argos metadata)
+
     @property
     def max_source_tokens(self) -> int:
         return self.config.max_positions
@@ -99,9 +115,12 @@ def load_model(directory: str | Path) -> ServedModel:
     source, target = header.metadata.get("source_lang"), header.metadata.get("target_lang")
     if not source or not target:
         raise CheckpointError(f"{header.directory / 'metadata.json'}: needs source_lang and target_lang")
+    origin = header.metadata.get("imported_from") or {}
+    names = {code: name for code, name in ((source, origin.get("from_name")), (target, origin.get("to_name")))
+             if isinstance(name, str) and name}
     return ServedModel(f"{source}-{target}", source, target, header.directory, header.config,
                        Tokenizer.from_dir(header.directory, header.config), header.parameters,
-                       _file_hash(header.directory / "model.safetensors"))
+                       _file_hash(header.directory / "model.safetensors"), names)
 
 
 def _file_hash(path: Path) -> str:
@@ -130,11 +149,33 @@ class Registry:
             raise CheckpointError("no model directories given (NMT_MODEL_DIRS)")
         return cls([load_model(d) for d in as_checkpoints(directories, cache)], detector)
 
+    def code(self, requested: str) -> str:
+        """The served code a request's language code means: itself; else, case aside, LibreTranslate's
+        name of a regional variant ('pt-BR', 'zh-Hans'); else the language of a regional code
+        ('en-GB' -> 'en'); else the language's other variant when only that one is served ('pt' for
+        'pb'). Anything else comes back lower-cased, for the
+        caller's "not served" answer."""
+        served = {m.source for m in self.models.values()} | {m.target for m in self.models.values()}
+        if requested in served or requested == "auto":
+            return requested
+        code = _ALIASES.get(requested.lower(), requested.lower())
+        language = code.split("-")[0]  # 'en-gb' -> 'en'
+        for candidate in (code, language, _OTHER_VARIANT.get(code), _OTHER_VARIANT.get(language)):
+            if candidate in served:
+                return candidate
+        return code
+
+    def name(self, code: str) -> str:
+        """A language's name: as a served package gives it, else the usual English name."""
+        given = next((m.names[code] for m in self.models.values() if code in m.names), None)
+        return given or language_name(code)
+
     def sources(self) -> list[str]:
         return sorted({m.source for m in self.models.values()})
 
     def targets(self, source: str) -> list[str]:
         """What `source` translates into: directly, or through a pivot language (`pivot`)."""
+        source = self.code(source)
         direct = {m.target for m in self.models.values() if m.source == source}
         through = {m.target for b in direct for m in self.models.values() if m.source == b and m.target != source}
         return sorted(direct | through)
@@ -142,6 +183,7 @@ class Registry:
     def pivot(self, source: str, target: str) -> str | None:
         """With no model for source -> target but source -> B and B -> target, the language B
         (English when it can be, as packages are English-centric); None otherwise."""
+        source, target = self.code(source), self.code(target)
         if f"{source}-{target}" in self.models:
             return None
         options = sorted(m.target for m in self.models.values() if m.source == source and f"{m.target}-{target}" in
@@ -149,9 +191,10 @@ class Registry:
         return "en" if "en" in options else (options[0] if options else None)
 
     def languages(self) -> list[tuple[str, str, list[str]]]:
-        """(code, name, targets) of every served language (no targets for a target-only one)."""
+        """(code, name, targets) of every served language (no targets for a target-only one), with
+        the codes LibreTranslate reports (`reported_code`)."""
         codes = sorted({m.source for m in self.models.values()} | {m.target for m in self.models.values()})
-        return [(c, language_name(c), self.targets(c)) for c in codes]
+        return [(reported_code(c), self.name(c), [reported_code(t) for t in self.targets(c)]) for c in codes]
 
     def pairs(self) -> str:
         pivots = [f"{s}-{t} (through {self.pivot(s, t)})" for s in self.sources() for t in self.targets(s)
@@ -167,6 +210,7 @@ class Registry:
         another language is refused, naming it. A text without letters takes the one source
         language served into target, when there is one.
         """
+        source, target = self.code(source), self.code(target)
         if source != "auto":
             return self.model(source, target), None
         sources = [s for s in self.sources() if f"{s}-{target}" in self.models]
@@ -193,7 +237,7 @@ class Registry:
                          f"no model translates {best!r} to {target!r}; served pairs: {self.pairs()}")
 
     def model(self, source: str, target: str) -> ServedModel:
-        model = self.models.get(f"{source}-{target}")
+        model = self.models.get(f"{self.code(source)}-{self.code(target)}")
         if model is None:
             raise ValueError(f"no model translates {source!r} to {target!r}; served pairs: {self.pairs()}")
         return model

@@ -31,7 +31,7 @@ from app.errors import ApiError
 from app.forms import read_fields
 from app.glossaries import MAX_ENTRIES, new_glossary, owner_of, parse_entries
 from app.protocol import DeepLErrorResponse
-from app.registry import language_name
+from app.registry import reported_code
 from app.routers import ServiceDep
 from app.routers.libretranslate import rebuild, translate_sentences
 from app.service import Service
@@ -76,15 +76,17 @@ async def admit(request: Request, service: Service, key: str | None, cost: int =
     return key
 
 
-def our_code(code, field: str) -> str:
-    """DeepL's 'EN-GB' -> our 'en'."""
+def our_code(code, field: str, registry) -> str:
+    """DeepL's 'EN-GB' -> our 'en', 'PT-BR' -> 'pb' where an Argos 'pb' model is served
+    (Registry.code)."""
     if not isinstance(code, str) or not code:
         raise ApiError(400, f"Value for '{field}' not supported.")
-    return code.split("-")[0].lower()
+    return registry.code(code)
 
 
 def deepl_code(code: str) -> str:
-    return code.upper()
+    """Our code as DeepL writes it: 'en' -> 'EN', Argos's 'pb' -> 'PT-BR', 'zt' -> 'ZH-HANT'."""
+    return reported_code(code).upper()
 
 
 @router.post("/translate", summary="Translate (DeepL-compatible)", responses=errors(400, 403, 413, 429, 503, 504))
@@ -95,8 +97,8 @@ async def translate(request: Request, service: ServiceDep):
     if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
         raise ApiError(400, "Parameter 'text' not specified: give one or more texts.")
     key = await admit(request, service, auth_key(request, fields), cost=len(texts))
-    target = our_code(fields.get("target_lang"), "target_lang")
-    source = our_code(fields["source_lang"], "source_lang") if fields.get("source_lang") else "auto"
+    target = our_code(fields.get("target_lang"), "target_lang", service.registry)
+    source = our_code(fields["source_lang"], "source_lang", service.registry) if fields.get("source_lang") else "auto"
     tag_handling = fields.get("tag_handling")
     if tag_handling not in (None, "", "html", "xml"):
         raise ApiError(400, f"Value for 'tag_handling' not supported: {tag_handling!r}; 'html' or 'xml'.")
@@ -155,9 +157,9 @@ async def languages(request: Request, service: ServiceDep,
         raise ApiError(400, f"Value for 'type' not supported: {type!r}; 'source' or 'target'.")
     registry = service.registry
     if type == "source":
-        return [{"language": deepl_code(c), "name": language_name(c)} for c in registry.sources()]
+        return [{"language": deepl_code(c), "name": registry.name(c)} for c in registry.sources()]
     targets = sorted({t for source in registry.sources() for t in registry.targets(source)})
-    return [{"language": code, "name": language_name(t), "supports_formality": False}
+    return [{"language": code, "name": registry.name(t), "supports_formality": False}
             for t in targets for code in REGIONAL_TARGETS.get(t, [deepl_code(t)])]
 
 
@@ -183,8 +185,8 @@ async def create_glossary(request: Request, service: ServiceDep):
     name = fields.get("name")
     if not isinstance(name, str) or not name.strip():
         raise ApiError(400, "Parameter 'name' not specified.")
-    source = our_code(fields.get("source_lang"), "source_lang")
-    target = our_code(fields.get("target_lang"), "target_lang")
+    source = our_code(fields.get("source_lang"), "source_lang", service.registry)
+    target = our_code(fields.get("target_lang"), "target_lang", service.registry)
     pairs = {(m.source, m.target) for m in service.registry.models.values()}  # direct models only
     if (source, target) not in pairs:
         raise ApiError(400, f"Unsupported glossary language pair: {source}->{target}; supported: "

@@ -38,7 +38,7 @@ from app.protocol import (
     LTTranslateResponse,
     TermsReport,
 )
-from app.registry import ServedModel, language_name
+from app.registry import ServedModel, reported_code
 from app.routers import ServiceDep, errors
 from app.scheduler import BatchKey
 from app.service import Service, item_name
@@ -128,7 +128,8 @@ async def translate_texts(request: Request, service: Service, body: LTTranslateR
     translated = [v[0] for v in versions]
     alternatives = [v[1:] for v in versions] if body.alternatives else None
     detected = None if body.source != "auto" else [
-        DetectedLanguage(confidence=round(confidence, 1), language=model.source) for model, confidence in resolved]
+        DetectedLanguage(confidence=round(confidence, 1), language=reported_code(model.source))
+        for model, confidence in resolved]
     reports = None
     if any(terms.values()):  # every masked term is in the output (protect.repair); the others could not be masked
         reports = [TermsReport(**report(terms[model.id], {t.entry for t in terms[model.id].find(text)},
@@ -182,7 +183,7 @@ async def detect(request: Request, service: ServiceDep):
     body = await read_body(request, LTDetectRequest)
     texts = [body.q] if isinstance(body.q, str) else body.q
     char_limit = await service.admit(request, body.api_key or request.headers.get("x-api-key"), cost=len(texts))
-    answers = [[DetectedLanguage(confidence=round(confidence, 1), language=language)
+    answers = [[DetectedLanguage(confidence=round(confidence, 1), language=reported_code(language))
                 for language, confidence in found] for found in await service.detect(texts, "q", char_limit)]
     return answers[0] if isinstance(body.q, str) else answers
 
@@ -206,7 +207,8 @@ async def frontend_settings(service: ServiceDep):
         suggestions=s.suggestions, filesTranslation=s.files_translation,
         supportedFilesFormat=documents.extensions() if s.files_translation else [],
         language=LTFrontendLanguages(source=LTLanguageRef(code="auto", name="Auto Detect"),
-                                     target=LTLanguageRef(code=target, name=language_name(target))))
+                                     target=LTLanguageRef(code=reported_code(target),
+                                                          name=service.registry.name(target))))
 
 
 @router.post("/suggest", response_model=LTSuggestResponse, responses=errors(400, 403, 429),

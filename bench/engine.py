@@ -4,11 +4,16 @@
     python bench/engine.py --shape small
     python bench/engine.py --shape base --beams 4 --batches 32
     python bench/engine.py --model checkpoints/en-de --engines ours,ct2
+    python bench/engine.py --shape argos --engines ours,ct2   # an Argos package: CTranslate2 int8 model.bin
 
 A random MarianMT model of the chosen shape is built once (cached under --workdir), saved as a
 HF directory with tokenizer files, imported into our format (`model.convert.marian.import_marian`)
 and converted for CTranslate2 (`TransformersConverter`). Every engine then decodes the same
-random 25-token sources (EOS included).
+random 25-token sources (EOS included). `--shape argos` builds instead a random package as Argos
+Translate ships them (OpenNMT-py Transformer base: 6+6 layers, d 512, ReLU, pre-norm, its stored
+position table, shared 32k vocabulary, sources without </s>; CTranslate2 int8 `model.bin`), and
+compares CTranslate2 on that file with ours reading the same package as the service does
+(`model.convert.argos`); `--package DIR` does the same for a package of your own.
 
 Equal work: every engine must produce exactly --tgt-len target tokens per sentence (EOS never
 wins): HF with `min_new_tokens` = `max_new_tokens`, CTranslate2 with `min_decoding_length` =
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -49,6 +55,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from model.checkpoint import load_checkpoint  # noqa: E402
+from model.config import ModelConfig  # noqa: E402
 from model.translator import Translator  # noqa: E402
 
 SHAPES = {
@@ -120,6 +127,37 @@ def prepare(workdir: Path, shape: str, need_ct2: bool) -> dict[str, Path]:
 
         ctranslate2.converters.TransformersConverter(str(paths["hf"])).convert(str(paths["ct2"]), force=True)
     return paths
+
+
+def build_argos_package(directory: Path, seed: int = 0) -> Path:
+    """A random package in Argos Translate's layout (metadata.json, model/ in CTranslate2 int8,
+    sentencepiece.model) with the shape of its en-de packages."""
+    import sentencepiece as spm
+
+    from model.convert.ctranslate2 import export_ct2
+    from model.transformer import Transformer
+
+    vocab = 32000
+    config = ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=512, n_heads=8, d_ff=2048,
+                         encoder_layers=6, decoder_layers=6, norm="pre", activation="relu", share_embeddings=True,
+                         dropout=0.0, max_positions=1024, pad_id=0, unk_id=1, bos_id=2, eos_id=3, decoder_start_id=2,
+                         source_eos=False, position_table=True)
+    torch.manual_seed(seed)
+    model = Transformer(config).eval()
+    with torch.no_grad():
+        position = torch.arange(1024, dtype=torch.float64)[:, None]
+        angles = position * torch.exp(-torch.arange(0, 512, 2, dtype=torch.float64) * (math.log(10000.0) / 512))
+        model.positions[:, 0::2], model.positions[:, 1::2] = torch.sin(angles), torch.cos(angles)  # OpenNMT-py's
+    tokens = ["<blank>", "<unk>", "<s>", "</s>"] + [f"\u2581t{i}" for i in range(vocab - 4)]
+    directory.mkdir(parents=True, exist_ok=True)
+    export_ct2(model, tokens, tokens, directory / "model", add_source_eos=False, quantization="int8")
+    text = [f"t{i} t{(i * 7) % 300} t{(i * 13) % 500}" for i in range(2000)]
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(text), model_prefix=str(directory / "sentencepiece"),
+                                   vocab_size=200, minloglevel=2)
+    (directory / "metadata.json").write_text(json.dumps({"package_version": "1.0", "argos_version": "1.0",
+                                                          "from_code": "en", "from_name": "English", "to_code": "de",
+                                                          "to_name": "German"}))
+    return directory
 
 
 def pieces(n: int, by_id: dict[int, str] | None, sp) -> list[str]:
@@ -381,7 +419,9 @@ def fmt_goal(rows: list[Row]) -> str:
 
 def main(argv: list[str] | None = None) -> list[Row]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", choices=sorted(SHAPES), default="small")
+    ap.add_argument("--shape", choices=sorted(SHAPES) + ["argos"], default="small")
+    ap.add_argument("--package", type=Path, help="an Argos package folder: CTranslate2 on its model/, ours on the "
+                    "package read as the service reads it")
     ap.add_argument("--model", type=Path, help="one of our checkpoints instead of a random HF model (ours + ct2)")
     ap.add_argument("--engines", default="ours,hf,ct2")
     ap.add_argument("--beams", default="1,4")
@@ -410,7 +450,19 @@ def main(argv: list[str] | None = None) -> list[Row]:
     if unknown:
         ap.error(f"unknown engines {sorted(unknown)}")
 
-    if args.model:
+    if args.shape == "argos" or args.package:
+        from model.convert.argos import converted
+
+        package = args.package or args.workdir / "argos" / "package"
+        if not args.package and not (package / "model" / "model.bin").is_file():
+            print(f"building a random Argos-shaped package in {package}", file=sys.stderr)
+            build_argos_package(package)
+        if "hf" in engines:
+            engines.remove("hf")
+        (args.workdir / "argos" / "cache").mkdir(parents=True, exist_ok=True)
+        ckpt, hf_dir, ct2_dir = converted(package, args.workdir / "argos" / "cache"), None, package / "model"
+        args.model = ckpt  # ids as CTranslate2's vocabulary: the import keeps them
+    elif args.model:
         if "hf" in engines:
             print("--model: skipping hf (no HF model for our checkpoints)", file=sys.stderr)
             engines.remove("hf")

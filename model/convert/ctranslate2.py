@@ -397,7 +397,7 @@ def import_ct2(ct2_dir: str | Path, out_dir: str | Path, source_spm: str | Path,
 
 
 def export_ct2(model: Transformer, source_tokens: list[str], target_tokens: list[str], out: str | Path,
-               add_source_eos: bool | None = None) -> Path:
+               add_source_eos: bool | None = None, quantization: str | None = None) -> Path:
     """Write one of our models as a CTranslate2 TransformerSpec directory (fused QKV and KV
     layouts map 1:1): for benchmarks against CTranslate2, and for tests of the reader on files
     CTranslate2's own spec classes write. Needs the `ctranslate2` package."""
@@ -446,7 +446,7 @@ def export_ct2(model: Transformer, source_tokens: list[str], target_tokens: list
     spec.config.decoder_start_token = target_tokens[c.decoder_start_id]
     spec.config.add_source_eos = c.source_eos if add_source_eos is None else add_source_eos
     spec.validate()
-    spec.optimize(quantization=None)
+    spec.optimize(quantization=quantization)  # "int8": as Argos packages ship
     Path(out).mkdir(parents=True, exist_ok=True)
     spec.save(str(out))
     return Path(out)

@@ -101,6 +101,29 @@ def to_words(source_tokens: list[str], target_tokens: list[str], attention: np.n
             merged)
 
 
+def compose(first: Alignment, second: Alignment, model: str) -> Alignment | None:
+    """Source -> target attention through a pivot language: the second leg's attention over the
+    pivot text times the first leg's, each the mean over its layers and heads. The two models cut
+    the pivot text into their own pieces, so the legs meet word by word: a piece of the second
+    leg's source stands for the pieces of the same word in the first leg's output (its EOS for the
+    first leg's EOS, or for the whole output when that has none). Returns one layer and one head,
+    rows summing to 1; None when the two do not see the same number of words."""
+    out_words = [g for g in words(first.target_tokens) if first.target_tokens[g[0]] != EOS]  # (pivot words)
+    in_words = [g for g in words(second.source_tokens) if second.source_tokens[g[0]] != EOS]
+    if len(out_words) != len(in_words):
+        return None
+    T1 = len(first.target_tokens)
+    bridge = np.zeros((len(second.source_tokens), T1), dtype=np.float32)  # (P, T1), rows sum to 1
+    for pieces_in, pieces_out in zip(in_words, out_words):
+        bridge[np.ix_(pieces_in, pieces_out)] = 1.0 / len(pieces_out)
+    first_eos = [i for i, t in enumerate(first.target_tokens) if t == EOS]
+    for j, token in enumerate(second.source_tokens):
+        if token == EOS:
+            bridge[j, first_eos or list(range(T1))] = 1.0 / (len(first_eos) or T1)
+    composed = second.attention.mean(axis=(0, 1)) @ bridge @ first.attention.mean(axis=(0, 1))  # (T2, S)
+    return Alignment(model, first.source_tokens, second.target_tokens, composed[None, None])
+
+
 def hard_alignment(source_tokens: list[str], target_tokens: list[str], attention: np.ndarray) -> str:
     """Pharaoh "i-j" pairs (source i, target j): each target token's most attended source token,
     from the mean over the given layers and heads; EOS rows and columns take no part."""

@@ -113,6 +113,12 @@ class TranslationOut(BaseModel):
     alignment_id: str | None = Field(None, description="Present when alignments were requested.",
                                      examples=["0b7c3e5f2a9d4c1e8f6a2b4d6c8e0f1a"])
     span_repair: SpanRepair | None = Field(None, description=SPAN_REPAIR_DOC)
+    leg_alignment_ids: list[str | None] | None = Field(
+        None, description="Through a pivot, with alignments: the alignment ids of the first leg (source -> pivot) "
+        "and the second (pivot -> target), each model's own attention; alignment_id is then their composition, "
+        "source -> target (one layer, one head: the product of the legs' mean attention, joined word by word "
+        "over the pivot text), or null where the two models split the pivot text into different words.",
+        examples=[["6f1c0c3d9a7e4b0f8e2d5a1b3c4d5e6f", "0b7c3e5f2a9d4c1e8f6a2b4d6c8e0f1a"]])
     source_tokens: list[str] | None = Field(None, description="Source pieces (columns of attention), with "
                                             "'</s>'; present with include_attention.",
                                             examples=[["▁Hello", "▁world", ".", "</s>"]])

@@ -108,3 +108,24 @@ def test_hard_alignment_skips_eos():
     att[0, 0, 1] = [0.3, 0.1, 0.6]  # target 1 -> source 0 (source 2 is </s>)
     att[0, 0, 2] = [0.1, 0.1, 0.8]  # target </s>: no pair
     assert hard_alignment(["▁a", "▁b", "</s>"], ["▁x", "▁y", "</s>"], att) == "1-0 0-1"
+
+
+def test_composing_two_legs_joins_them_word_by_word():
+    """Source [a, </s>] -> pivot pieces [x, y (same word), z, </s>] -> the second model reads the
+    pivot as [xy, z, </s>] (its own pieces) -> target [u, </s>]."""
+    import numpy as np
+
+    from app.alignments import Alignment, compose
+
+    first = np.array([[0.9, 0.1], [0.7, 0.3], [0.2, 0.8], [0.5, 0.5]], dtype=np.float32)  # (T1=4, S=2)
+    second = np.array([[0.6, 0.4, 0.0], [0.0, 0.0, 1.0]], dtype=np.float32)  # (T2=2, P=3)
+    a = Alignment("fr-en", ["\u2581a", "</s>"], ["\u2581x", "y", "\u2581z", "</s>"], first[None, None])
+    b = Alignment("en-de", ["\u2581xy", "\u2581z", "</s>"], ["\u2581u", "</s>"], second[None, None])
+    c = compose(a, b, "fr-de")
+    # u: 0.6 x (mean of x, y) + 0.4 x z; </s>: the first leg's </s>
+    expected = np.array([[0.6 * 0.8 + 0.4 * 0.2, 0.6 * 0.2 + 0.4 * 0.8], [0.5, 0.5]])
+    assert c.model == "fr-de" and c.source_tokens == a.source_tokens and c.target_tokens == b.target_tokens
+    assert np.allclose(c.attention[0, 0], expected)
+    other = Alignment("en-de", ["\u2581x", "\u2581y", "\u2581z", "</s>"], ["\u2581u", "</s>"],
+                      np.full((1, 1, 2, 4), 0.25, dtype=np.float32))
+    assert compose(a, other, "fr-de") is None  # three pivot words against two: no composition

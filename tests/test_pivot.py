@@ -52,10 +52,28 @@ def test_translate_goes_through_english(client):
 def test_a_glossary_reaches_through_the_pivot_and_what_is_not_there_yet_says_so(client):
     out = lt(client, "Open the file.", "fr", "de", glossary={"file": "Akte"})
     assert "Akte" in out["translatedText"] and out["terms"]["applied"] == ["file"]
-    r = client.post("/v1/translate", json={"text": "Open the file.", "source": "fr", "target": "de", "alignments": True})
+    r = client.post("/v1/translate", json={"text": "Open the file.", "source": "fr", "target": "de", "n_best": 2})
     assert r.status_code == 400 and "through a pivot (fr->en->de)" in r.json()["error"]
     r = client.post("/translate", json={"q": "Open the file.", "source": "fr", "target": "de", "alternatives": 1})
     assert r.status_code == 400 and "pivot" in r.json()["error"]
+
+
+def test_alignments_through_the_pivot_give_each_leg_and_their_composition(client):
+    text = "Open the file and save it."
+    r = client.post("/v1/translate", json={"text": text, "source": "fr", "target": "de", "alignments": True})
+    assert r.status_code == 200, r.text
+    out = r.json()["translations"][0]
+    first_id, second_id = out["leg_alignment_ids"]
+    first, second, composed = (client.get(f"/v1/alignments/{i}").json() for i in (first_id, second_id,
+                                                                                   out["alignment_id"]))
+    assert first["model"] == "fr-en" and second["model"] == "en-de" and composed["model"] == "fr-de"
+    assert composed["source_tokens"] == first["source_tokens"] and composed["target_tokens"] == second["target_tokens"]
+    assert (composed["layers"], composed["heads"]) == (1, 1)
+    rows = composed["attention"][0][0]
+    assert len(rows) == len(second["target_tokens"]) and all(abs(sum(row) - 1) < 1e-2 for row in rows)
+    # word view and hard links work on the composition as on any alignment
+    assert client.get(f"/v1/alignments/{out['alignment_id']}", params={"granularity": "word", "hard": True}).json()[
+        "hard_alignment"]
 
 
 def test_a_file_goes_through_english_too(client):

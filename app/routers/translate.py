@@ -7,7 +7,7 @@ import time
 
 from fastapi import APIRouter, Header, Request
 
-from app.alignments import Alignment, rounded
+from app.alignments import Alignment, compose, rounded
 from app.errors import ApiError
 from app.protocol import (
     Alternative,
@@ -76,7 +76,7 @@ async def translate(body: TranslateRequest, request: Request, service: ServiceDe
     # no model for source -> target: through the pivot, as Argos does; a glossary's target terms,
     # written by the first leg, are kept as written by the second
     through = f"{body.source}->{pivot}->{body.target}"
-    refused = [name for name, asked in (("alignments", body.alignments), ("include_attention", body.include_attention),
+    refused = [name for name, asked in (("include_attention", body.include_attention),
                                         ("n_best > 1", body.n_best > 1), ("glossary_id", body.glossary_id)) if asked]
     if refused:
         raise ApiError(400, f"{', '.join(refused)}: not available through a pivot ({through}) yet")
@@ -88,6 +88,11 @@ async def translate(body: TranslateRequest, request: Request, service: ServiceDe
                                      request, service, key, middle, char_limit, start)
     for out, leg in zip(second.translations, first.translations):
         out.terms = leg.terms
+        if body.alignments:  # each leg's own, and their composition source -> target
+            out.leg_alignment_ids = [leg.alignment_id, out.alignment_id]
+            legs = [await service.alignments.get(i) if i else None for i in out.leg_alignment_ids]
+            composed = compose(*legs, f"{body.source}-{body.target}") if all(legs) else None
+            out.alignment_id = await service.alignments.put(composed) if composed else None
     timing = Timing(queue_ms=first.timing.queue_ms + second.timing.queue_ms,
                     compute_ms=first.timing.compute_ms + second.timing.compute_ms,
                     total_ms=round((time.perf_counter() - start) * 1000, 2))

@@ -11,7 +11,7 @@ HF directory with tokenizer files, imported into our format (`model.convert.mari
 and converted for CTranslate2 (`TransformersConverter`). Every engine then decodes the same
 random 25-token sources (EOS included). `--shape argos` builds instead a random package as Argos
 Translate ships them (OpenNMT-py Transformer base: 6+6 layers, d 512, ReLU, pre-norm, its stored
-position table, shared 32k vocabulary, sources without </s>; CTranslate2 int8 `model.bin`), and
+position table, shared 50k vocabulary, sources without </s>; CTranslate2 int8 `model.bin`), and
 compares CTranslate2 on that file with ours reading the same package as the service does
 (`model.convert.argos`); `--package DIR` does the same for a package of your own.
 
@@ -137,7 +137,7 @@ def build_argos_package(directory: Path, seed: int = 0) -> Path:
     from model.convert.ctranslate2 import export_ct2
     from model.transformer import Transformer
 
-    vocab = 32000
+    vocab = 50000  # Argos en-de packages: ~50k shared pieces
     config = ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=512, n_heads=8, d_ff=2048,
                          encoder_layers=6, decoder_layers=6, norm="pre", activation="relu", share_embeddings=True,
                          dropout=0.0, max_positions=1024, pad_id=0, unk_id=1, bos_id=2, eos_id=3, decoder_start_id=2,

@@ -158,3 +158,23 @@ def test_an_opennmt_py_shaped_model_as_argos_ships_it(tmp_path):
     same = sum([vocab[i] for i in g.hypotheses[0].token_ids] == e.hypotheses[0] for g, e in zip(got, expected))
     assert same >= len(sources) - 1
     assert ours.tokenizer.encode_source("Open the file.")[-1] != config.eos_id  # text gets no </s> either
+
+
+def test_int8_weights_stay_the_files_int8_values(converted):
+    """An int8 file's weights run on our int8 kernels as the very integers the file holds: both
+    quantize each row symmetrically to its largest magnitude (CTranslate2's scale 127 / max |W|, our
+    max |W| / 127), so requantizing what the reader dequantized gives back each value exactly."""
+    from model.cpu.weights import Int8Linear, unpack_int8
+
+    ct2_dir, ours_dir = converted["int8"]
+    _, _, _, variables, _ = read_model_bin(ct2_dir / "model.bin")
+    translator = Translator.load(ours_dir, device="cpu", dtype="int8")
+    layers = dict(translator.model.named_modules())
+    pairs = {"encoder_layers.0.ffn.w1": "encoder/layer_0/ffn/linear_0/weight",
+             "decoder_layers.1.self_attn.qkv_proj": "decoder/layer_1/self_attention/linear_0/weight",
+             "decoder_layers.0.cross_attn.kv_proj": "decoder/layer_0/attention/linear_1/weight"}
+    for ours, theirs in pairs.items():
+        layer = layers[ours]
+        assert isinstance(layer, Int8Linear) and variables[theirs].dtype == torch.int8
+        assert torch.equal(unpack_int8(layer.q, layer.out_features, layer.in_features), variables[theirs])
+        assert torch.allclose(layer.scale, 1 / variables[f"{theirs}_scale"].float(), rtol=1e-6)

@@ -198,6 +198,12 @@ def test_unused_tensors_missing_languages_and_multilingual_models_are_refused(tm
         import_marian_npz(folder, tmp_path / "b")
     assert import_marian_npz(folder, tmp_path / "c", "en", "nl").is_dir()
 
+    decoder = yaml.safe_load((folder / "decoder.yml").read_text())
+    (folder / "decoder.yml").write_text(yaml.safe_dump({**decoder, "models": ["../elsewhere.npz"]}))
+    with pytest.raises(MarianNpzError, match="outside the folder"):
+        import_marian_npz(folder, tmp_path / "e", "en", "nl")
+    (folder / "decoder.yml").write_text(yaml.safe_dump(decoder))
+
     vocab = folder / "opus.spm32k-spm32k.vocab.yml"
     write_vocab(vocab, pieces(tokenizer_files["src"][1])[:-1] + [">>nld<<"])
     with pytest.raises(MarianNpzError, match="multilingual"):

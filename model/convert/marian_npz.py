@@ -107,6 +107,9 @@ def read_release(folder: str | Path) -> Release:
                              "supported)")
     if len(vocabs) != 2:
         raise MarianNpzError(f"{folder / 'decoder.yml'}: {len(vocabs)} vocabularies; a source and a target expected")
+    outside = [name for name in models + vocabs if not (folder / str(name)).resolve().is_relative_to(folder.resolve())]
+    if outside:
+        raise MarianNpzError(f"{folder / 'decoder.yml'}: {', '.join(map(str, outside))} lies outside the folder")
     npz = folder / models[0]
     try:
         with np.load(npz, allow_pickle=False) as f:  # object arrays (pickles) are refused by numpy
@@ -172,6 +175,8 @@ def our_config(r: Release) -> ModelConfig:
     embedding = "Wemb" if "Wemb" in w else "encoder_Wemb"
     if embedding not in w or ("Wemb" not in w and "decoder_Wemb" not in w):
         problems.append("no Wemb (nor encoder_Wemb and decoder_Wemb)")
+    if "encoder_l1_ffn_W1" not in w:
+        problems.append("no encoder_l1_ffn_W1 (not a transformer's tensors)")
     if problems:
         raise MarianNpzError(f"{r.npz}: not supported: " + "; ".join(problems))
     d_model = int(w[embedding].shape[1])

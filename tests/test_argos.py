@@ -25,6 +25,9 @@ from tests.conftest import ready_client, train_tiny_spm
 pytest.importorskip("ctranslate2")
 
 
+NAMES = {"en": "English", "de": "German", "fr": "French", "pb": "Portuguese (Brazil)"}
+
+
 def make_package(root: Path, from_code: str = "en", to_code: str = "de", seed: int = 0) -> Path:
     """A package as Argos installs one: metadata.json, model/ (CTranslate2, from a random model
     over the SentencePiece model's pieces) and sentencepiece.model."""
@@ -40,8 +43,8 @@ def make_package(root: Path, from_code: str = "en", to_code: str = "de", seed: i
     export_ct2(Transformer(config).eval(), pieces, pieces, package / "model")
     (package / "sentencepiece.model").write_bytes(spm_path.read_bytes())
     (package / "metadata.json").write_text(json.dumps({
-        "package_version": "1.0", "argos_version": "1.0", "from_code": from_code, "from_name": "English",
-        "to_code": to_code, "to_name": "German"}))
+        "package_version": "1.0", "argos_version": "1.0", "from_code": from_code, "from_name": NAMES[from_code],
+        "to_code": to_code, "to_name": NAMES[to_code]}))
     return package
 
 
@@ -91,11 +94,17 @@ def test_an_argosmodel_file_and_its_refusals(tmp_path):
 def test_the_service_serves_packages_from_nmt_model_dirs(tmp_path, tiny_sentinel_checkpoint):
     folder = tmp_path / "packages"
     make_package(folder, "en", "fr")
+    make_package(folder, "pb", "en", seed=1)
     settings = Settings(model_dirs=[str(folder), str(tiny_sentinel_checkpoint)], model_cache=str(tmp_path / "cache"),
-                        workers=1, threads_per_worker=1, max_wait_ms=2)
+                        workers=1, threads_per_worker=1, max_wait_ms=2, detect_languages=["en", "de", "fr"])
     with ready_client(settings) as client:
-        pairs = {(lang["code"], target) for lang in client.get("/languages").json() for target in lang["targets"]}
-        assert {("en", "fr"), ("en", "de")} <= pairs
+        languages = client.get("/languages").json()
+        pairs = {(lang["code"], target) for lang in languages for target in lang["targets"]}
+        # every package, and the pivots between them and the checkpoint: pb -> en -> fr, pb -> en -> de
+        assert {("en", "fr"), ("en", "de"), ("pt-BR", "en"), ("pt-BR", "fr"), ("pt-BR", "de")} <= pairs
+        assert {lang["code"]: lang["name"] for lang in languages}["pt-BR"] == "Portuguese (Brazil)"
+        r = client.post("/v1/translate", json={"text": "Abra o arquivo.", "source": "pt-BR", "target": "fr"})
+        assert r.status_code == 200 and r.json()["pivot"] == "en", r.text
         r = client.post("/v1/translate", json={"text": "Open the file.", "source": "en", "target": "fr",
                                                "alignments": True})
         assert r.status_code == 200 and r.json()["model"] == "en-fr", r.text

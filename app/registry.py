@@ -153,8 +153,7 @@ class Registry:
         """The served code a request's language code means: itself; else, case aside, LibreTranslate's
         name of a regional variant ('pt-BR', 'zh-Hans'); else the language of a regional code
         ('en-GB' -> 'en'); else the language's other variant when only that one is served ('pt' for
-        'pb'). Anything else comes back lower-cased, for the
-        caller's "not served" answer."""
+        'pb'). Anything else comes back lower-cased, for the caller's "not served" answer."""
         served = {m.source for m in self.models.values()} | {m.target for m in self.models.values()}
         if requested in served or requested == "auto":
             return requested

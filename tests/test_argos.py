@@ -104,7 +104,7 @@ def test_the_service_serves_packages_from_nmt_model_dirs(tmp_path, tiny_sentinel
         assert {("en", "fr"), ("en", "de"), ("pt-BR", "en"), ("pt-BR", "fr"), ("pt-BR", "de")} <= pairs
         assert {lang["code"]: lang["name"] for lang in languages}["pt-BR"] == "Portuguese (Brazil)"
         r = client.post("/v1/translate", json={"text": "Abra o arquivo.", "source": "pt-BR", "target": "fr"})
-        assert r.status_code == 200 and r.json()["pivot"] == "en", r.text
+        assert r.status_code == 200 and r.json()["pivot"] == "en" and r.json()["model"] == "pb-fr", r.text
         r = client.post("/v1/translate", json={"text": "Open the file.", "source": "en", "target": "fr",
                                                "alignments": True})
         assert r.status_code == 200 and r.json()["model"] == "en-fr", r.text

@@ -70,6 +70,9 @@ async def translate(body: TranslateRequest, request: Request, service: ServiceDe
     texts = [body.text] if isinstance(body.text, str) else body.text
     key = body.api_key or x_api_key
     char_limit = await service.admit(request, key, cost=len(texts))
+    # the served codes ('pt-BR' -> an Argos model's 'pb'): model ids and alignments name these
+    body = body.model_copy(update={"source": service.registry.code(body.source),
+                                   "target": service.registry.code(body.target)})
     pivot = service.registry.pivot(body.source, body.target) if body.source != "auto" else None
     if pivot is None:
         return await translate_one_hop(body, request, service, key, texts, char_limit, start)

@@ -11,7 +11,8 @@
 # On the lent GPU machine (Python 3.12, torch with CUDA, transformers, sentencepiece, safetensors,
 # httpx, prometheus-client; no network) the other packages come from artifacts/gpu-wheels, which
 # scripts/gpu-wheels.sh fills here and the device run carries:
-#   device run: command "bash scripts/gpu-check.sh \$OUT", carry ["artifacts/gpu-wheels"]
+#   device run: command "bash scripts/gpu-check.sh \$OUT/r; tar czf \$OUT/gpu-check.tar.gz -C \$OUT r",
+#               carry ["artifacts/gpu-wheels"]   (a run brings back 8 files at most: one archive of all 11)
 # They are unpacked (no dependencies resolved) into /tmp/nmt-gpu-site, after the machine's own packages on the path.
 #
 # Without CUDA it says so, checks that each step would run (bench/gpu.py --check on the CPU, the

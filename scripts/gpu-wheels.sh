@@ -3,7 +3,8 @@
 # CUDA, transformers, sentencepiece, safetensors, httpx and prometheus-client, and no network.
 # Run here (it reaches PyPI), then hand the folder to the device run:
 #   bash scripts/gpu-wheels.sh            # -> artifacts/gpu-wheels (ignored by git; ~60 MB)
-#   device run: command "bash scripts/gpu-check.sh \$OUT", carry ["artifacts/gpu-wheels"]
+#   device run: command "bash scripts/gpu-check.sh \$OUT/r; tar czf \$OUT/gpu-check.tar.gz -C \$OUT r",
+#               carry ["artifacts/gpu-wheels"]   (a run brings back 8 files at most: one archive of all 11)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-artifacts/gpu-wheels}

@@ -4,6 +4,7 @@ CTranslate2 where its wheel runs on the GPU) on the same random OPUS-MT-base-sha
 of the shipped model's shape.
 
     python bench/gpu.py --out DIR            # on a CUDA machine: DIR/engine.md, DIR/train.md, DIR/gpu.json
+    python bench/gpu.py --out DIR --profile 128   # and DIR/profile.txt: the operators of one beam search
     python bench/gpu.py --out DIR --check    # anywhere: the same code on a small shape, on the CPU
 
 The model, sources and equal-work rule are bench/engine.py's: every engine writes exactly

@@ -242,3 +242,19 @@ def test_grouped_encoding_equals_padded_encoding():
     assert torch.equal(mask, ref_mask)
     real = ref_mask[:, 0, 0, :, None]  # (B, S, 1)
     torch.testing.assert_close(memory * real, ref * real, atol=1e-5, rtol=1e-5)
+
+
+def test_the_gpu_form_of_rows_top_ranks_as_the_cpu_form():
+    """Off the CPU, rows_top takes all rows at once with torch's top-k (one launch each); on the CPU
+    it goes cache-sized slices with the two-pass top-k. Both give the same log-probs."""
+    from model.search import _row_top, rows_top
+
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(37, 32000, generator=g).to(torch.bfloat16)
+    cpu_values, cpu_tokens = rows_top(logits, 8, banned=(0, 3))
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    logp[:, [0, 3]] = float("-inf")
+    gpu_values, gpu_tokens = logp.topk(8, dim=-1)  # what _row_top does on a GPU, over all rows
+    assert torch.equal(cpu_values, gpu_values)
+    assert torch.equal(logp.gather(1, cpu_tokens), gpu_values)  # the tokens carry those values
+    assert torch.equal(_row_top(logits.float(), 8, (0, 3))[0], cpu_values)

@@ -35,6 +35,7 @@ from safetensors.torch import load_file
 
 from model.checkpoint import DTYPES, save_checkpoint, stored_state
 from model.config import ModelConfig
+from model.convert import check_mapping
 from model.transformer import Transformer, sinusoidal_positions
 
 # HF MarianConfig defaults (transformers 5.x) for keys a config.json may leave out.
@@ -268,17 +269,7 @@ def convert_weights(config: ModelConfig, weights: dict[str, torch.Tensor], sourc
                 problems.append(f"{name} is not the sinusoidal table HF Marian computes (learned or shifted "
                                 "positions are not supported)")
 
-    for name, shape in expected.items():
-        if name not in out:
-            if not any(name in p for p in problems):
-                problems.append(f"nothing maps to {name}")
-        elif tuple(out[name].shape) != tuple(shape):
-            problems.append(f"{name}: got shape {tuple(out[name].shape)} from the HF weights, "
-                            f"config.json implies {tuple(shape)}")
-    extra = sorted(set(weights) - used)
-    if extra:
-        problems.append(f"unexpected tensors (they would change the computation): {', '.join(extra[:8])}"
-                        + (f" and {len(extra) - 8} more" if len(extra) > 8 else ""))
+    check_mapping(problems, out, expected, sorted(set(weights) - used), "config.json")
     if problems:
         raise MarianImportError("HF weights do not match the Marian model config.json describes: "
                                 + "; ".join(problems[:12]) + (f" (and {len(problems) - 12} more)" if len(problems) > 12 else ""))

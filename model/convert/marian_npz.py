@@ -40,6 +40,7 @@ import yaml
 
 from model.checkpoint import DTYPES, save_checkpoint, stored_state
 from model.config import ModelConfig
+from model.convert import check_mapping
 from model.convert.ctranslate2 import ZERO_START, with_zero_start
 from model.transformer import Transformer
 
@@ -269,17 +270,7 @@ def convert_weights(r: Release, c: ModelConfig) -> dict[str, torch.Tensor]:
                                  src_vocab_size=c.src_vocab_size - (1 if c.share_embeddings else 0),
                                  pad_id=0, bos_id=0, decoder_start_id=0)
     expected = {n: t.shape for n, t in stored_state(Transformer(before)).items()}
-    for name, shape in expected.items():
-        if name not in out:
-            if not any(name in p for p in problems):
-                problems.append(f"nothing in the file for our {name}")
-        elif tuple(out[name].shape) != tuple(shape):
-            problems.append(f"{name}: shape {tuple(out[name].shape)} from the file, the model.yml implies "
-                            f"{tuple(shape)}")
-    extra = sorted(set(w) - used)
-    if extra:
-        problems.append(f"tensors we would not use (they would change the computation): {', '.join(extra[:8])}"
-                        + (f" and {len(extra) - 8} more" if len(extra) > 8 else ""))
+    check_mapping(problems, out, expected, sorted(set(w) - used), "the model.yml")
     if problems:
         raise MarianNpzError(f"{r.npz}: " + "; ".join(problems[:12]))
     return out

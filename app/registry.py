@@ -139,6 +139,7 @@ class Registry:
                 raise CheckpointError(f"two checkpoints serve {m.id}: {self.models[m.id].directory} and {m.directory}")
             self.models[m.id] = m
         self.detector = detector  # None: language detection is off (tests of everything else)
+        self.served = {m.source for m in models} | {m.target for m in models}  # every language code
 
     @classmethod
     def load(cls, directories: list[str], detector: LanguageDetector | None = None,
@@ -154,7 +155,7 @@ class Registry:
         name of a regional variant ('pt-BR', 'zh-Hans'); else the language of a regional code
         ('en-GB' -> 'en'); else the language's other variant when only that one is served ('pt' for
         'pb'). Anything else comes back lower-cased, for the caller's "not served" answer."""
-        served = {m.source for m in self.models.values()} | {m.target for m in self.models.values()}
+        served = self.served
         if requested in served or requested == "auto":
             return requested
         code = _ALIASES.get(requested.lower(), requested.lower())
@@ -192,7 +193,7 @@ class Registry:
     def languages(self) -> list[tuple[str, str, list[str]]]:
         """(code, name, targets) of every served language (no targets for a target-only one), with
         the codes LibreTranslate reports (`reported_code`)."""
-        codes = sorted({m.source for m in self.models.values()} | {m.target for m in self.models.values()})
+        codes = sorted(self.served)
         return [(reported_code(c), self.name(c), [reported_code(t) for t in self.targets(c)]) for c in codes]
 
     def pairs(self) -> str:

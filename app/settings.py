@@ -48,8 +48,8 @@ class Settings(BaseSettings):
                                     "0: 1 when the machine has at most 4 cores, else 4.")
     batch_tokens: int = Field(0, ge=0, description="Token budget of one batch: items x padded source length "
                               "x beam size. 0: 4096 on the CPU (cache-sized batches decode fastest there), 32768 "
-                              "on a GPU (a step costs about the same for 32 items as for 256). A single item over "
-                              "the budget runs alone.")
+                              "on a GPU (decoding there is bound by kernel launches: on an H200, 8x the batch "
+                              "took ~4x the time). A single item over the budget runs alone.")
     max_wait_ms: float = Field(5.0, ge=0, le=10_000, description="Longest an item waits for company before its "
                                "batch runs anyway.")
     max_items: int = Field(64, ge=1, description="Most texts in one request.")

@@ -20,7 +20,7 @@ from html.parser import HTMLParser
 
 from model import protect
 from model.sentences import interleave, split_sentences, translatable
-from model.terms import Terminology
+from model.terms import Terminology, term_used
 
 # Their content is code or preformatted: never translated (nor anything inside them).
 KEPT_ELEMENTS = {"script", "style", "code", "pre", "textarea"}
@@ -187,11 +187,34 @@ class Document:
     html: bool
     terms: dict[int, str] = field(default_factory=dict)  # sentinel k -> the terminology entry it stands for
     placed_terms: set[str] = field(default_factory=set)  # a model without sentinels: entries put in by attention
+    annotations: list[protect.Annotation] = field(default_factory=list)  # glossary terms written inline
+
+    def missed_terms(self, sentence: int, translation: str) -> bool:
+        """Whether a (masked) translation of sentence `sentence` lacks a target term annotated in it."""
+        return any(a.text in self.sentences[sentence] and not term_used(translation, a.target)
+                   for a in self.annotations)
+
+    def annotations_as_sentinels(self, sentence: int) -> str:
+        """Sentence `sentence` with its annotated terms made sentinels (protect.annotations_as_sentinels),
+        for a second try: the document's spans and terms take the new ones."""
+        before = len(self.spans)
+        text = protect.annotations_as_sentinels(self.sentences[sentence], self.annotations, self.spans, self.terms)
+        if self.html:  # spans of HTML are put back as written in HTML
+            self.spans[before:] = [escape(span, quote=False) for span in self.spans[before:]]
+        self.sentences[sentence] = text
+        return text
+
+    def terms_used(self, translation: str) -> set[str]:
+        """The entries a translation of the document holds: sentinels' (the repair put every one
+        in), attention-placed, and annotated target terms the model wrote."""
+        return (set(self.terms.values()) | self.placed_terms
+                | {a.entry for a in self.annotations if term_used(translation, a.target)})
 
     def join(self, translations: list[str]) -> str:
         """The document with each sentence replaced by its translation (masked like the sentence)."""
         texts = [escape(t, quote=False) if self.html else t for t in translations]
-        return interleave(self.between, [protect.unmask(t, self.spans) for t in texts])
+        return interleave(self.between, [protect.unmask(protect.keep_glue(t, s), self.spans)
+                                         for t, s in zip(texts, self.sentences)])
 
     @property
     def text(self) -> str:
@@ -200,27 +223,30 @@ class Document:
 
 
 def split_document(document: str, html: bool, spans: bool, foreign: Callable[[str], bool] | None = None,
-                   max_depth: int = MAX_DEPTH, terms: Terminology | None = None) -> Document:
+                   max_depth: int = MAX_DEPTH, terms: Terminology | None = None, annotate: bool = False) -> Document:
     """Sentences to translate and the rest; with `spans`, protected spans masked first (and, in
     HTML, inline tags too: a sentence runs across them); `foreign`: the characters the model's
     vocabulary cannot spell, whose words are spans too (protect.find_spans); `terms`: glossary
-    and do-not-translate terms, spans too (model/terms.py)."""
+    and do-not-translate terms, spans too (model/terms.py), or with `annotate` glossary terms
+    inline (a model that reads annotations)."""
     if not html:
-        masked = protect.mask(document, foreign=foreign, terms=terms) if spans else protect.Masked(document)
+        masked = protect.mask(document, foreign=foreign, terms=terms, annotate_glossary=annotate) if spans \
+            else protect.Masked(document)
         gaps, sentences = split_sentences(masked.text)
         return Document([protect.unmask(g, masked.spans) for g in gaps], sentences, masked.spans, False,
-                        masked.terms)
+                        masked.terms, annotations=masked.annotations)
     if not spans:
         between, sentences = split_html_sentences(document, max_depth)
         return Document(between, sentences, [], True)
-    between, segments, all_spans, all_terms = [""], [], [], {}
+    between, segments, all_spans, all_terms, annotations = [""], [], [], {}, []
     for segment in _segments(document, max_depth):
         if isinstance(segment, str):
             between[-1] += segment
             continue
-        masked = _mask_segment(segment, len(all_spans), foreign, terms)
+        masked = _mask_segment(segment, len(all_spans), foreign, terms, annotate)
         all_spans += masked.spans[len(all_spans):]
         all_terms.update(masked.terms)
+        annotations += masked.annotations
         core = masked.text.strip()
         lead, trail = masked.text[:len(masked.text) - len(masked.text.lstrip())], masked.text[len(masked.text.rstrip()):]
         gaps, sentences = split_sentences(core)
@@ -228,7 +254,7 @@ def split_document(document: str, html: bool, spans: bool, foreign: Callable[[st
         between[-1] += lead + protect.unmask(escape(gaps[0], quote=False), all_spans)
         between += [protect.unmask(escape(g, quote=False), all_spans) for g in gaps[1:]]
         between[-1] += trail
-    return Document(between, segments, all_spans, True, all_terms)
+    return Document(between, segments, all_spans, True, all_terms, annotations=annotations)
 
 
 def _segments(document: str, max_depth: int = MAX_DEPTH) -> list[str | list[tuple[str, str | None]]]:
@@ -269,11 +295,11 @@ def _split_runs(runs: list[tuple[str, str | None]]) -> list[str | list[tuple[str
             for raw, text in runs]
 
 
-def _mask_segment(segment: list[tuple[str, str | None]], first: int,
-                  foreign: Callable[[str], bool] | None = None, terms: Terminology | None = None) -> protect.Masked:
+def _mask_segment(segment: list[tuple[str, str | None]], first: int, foreign: Callable[[str], bool] | None = None,
+                  terms: Terminology | None = None, annotate: bool = False) -> protect.Masked:
     """A segment's text with sentinels first, first + 1, ... for its spans: an inline tag is a span
     kept as written; a placeholder, URL, ... in the text is one kept escaped, as it was."""
-    pieces, spans, entries = [], [""] * first, {}
+    pieces, spans, entries, annotations = [], [""] * first, {}, []
     for raw, text in segment:
         if text is None or len(spans) >= protect.MAX_SPANS:
             if len(spans) < protect.MAX_SPANS:
@@ -282,8 +308,9 @@ def _mask_segment(segment: list[tuple[str, str | None]], first: int,
             else:  # no sentinel left: the tag goes in as text (the model may garble it)
                 pieces.append(unescape(raw))
             continue
-        masked = protect.mask(text, first=len(spans), foreign=foreign, terms=terms)
+        masked = protect.mask(text, first=len(spans), foreign=foreign, terms=terms, annotate_glossary=annotate)
         pieces.append(masked.text)
         spans += [escape(span, quote=False) for span in masked.spans[len(spans):]]
         entries.update(masked.terms)
-    return protect.Masked("".join(pieces), spans, entries)
+        annotations += masked.annotations
+    return protect.Masked("".join(pieces), spans, entries, annotations=annotations)

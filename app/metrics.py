@@ -38,6 +38,9 @@ class Metrics:
                                     registry=r)
         self.repaired = Counter("nmt_repaired_hypotheses", "Returned hypotheses that needed a span repair.",
                                 ["model"], registry=r)
+        self.term_retries = Counter("nmt_term_retries", "Sentences translated again, their glossary terms as "
+                                    "sentinels, because a model that reads inline term annotations did not write "
+                                    "one of them.", ["model"], registry=r)
         self.worker_busy = Counter("nmt_worker_busy_seconds", "Seconds each worker spent on batches.", ["worker"],
                                    registry=r)
         self.workers_alive = Gauge("nmt_workers_alive", "Workers able to take a batch.", registry=r)

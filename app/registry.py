@@ -60,6 +60,7 @@ class ServedModel:
     parameters: int
     fingerprint: str = ""  # SHA-256 of its weights file: a cached translation belongs to these weights
     names: dict[str, str] = field(default_factory=dict)  # language names its package gives (Argos metadata)
+    term_annotations: bool = False  # trained with inline term annotations (training/annotate.py)
 
     @property
     def max_source_tokens(self) -> int:
@@ -70,14 +71,21 @@ class ServedModel:
         """Whether its vocabulary has sentinels for placeholders, tags, URLs (model/protect.py)."""
         return self.tokenizer.has_sentinels
 
+    @property
+    def reads_annotations(self) -> bool:
+        """Whether it reads glossary terms inline with their target terms (model/terms.py)."""
+        return self.term_annotations and self.tokenizer.has_term_tags
+
     def mask(self, text: str, terms: Terminology | None = None) -> protect.Masked:
         """The text as the model reads it: its protected spans (and `terms`' glossary and
-        do-not-translate terms) as sentinels, when it has them; without sentinels, its
+        do-not-translate terms) as sentinels, when it has them (glossary terms inline when it
+        reads annotations, to be checked by Service.check_terms); without sentinels, its
         placeholders, tags and URLs taken out, to go back where the attention points
         (model/results.put_back). The service cleaned it already (Service.accept_texts); the
         worker's Translator does the same."""
         if self.protects_spans:
-            return protect.mask(text, foreign=self.tokenizer.cannot_spell, terms=terms)
+            return protect.mask(text, foreign=self.tokenizer.cannot_spell, terms=terms,
+                                annotate_glossary=self.reads_annotations)
         taken_out = protect.take_out(text, terms=terms)
         if not taken_out.spans:
             return protect.Masked(text)
@@ -120,7 +128,8 @@ def load_model(directory: str | Path) -> ServedModel:
              if isinstance(name, str) and name}
     return ServedModel(f"{source}-{target}", source, target, header.directory, header.config,
                        Tokenizer.from_dir(header.directory, header.config), header.parameters,
-                       _file_hash(header.directory / "model.safetensors"), names)
+                       _file_hash(header.directory / "model.safetensors"), names,
+                       bool(header.metadata.get("term_annotations")))
 
 
 def _file_hash(path: Path) -> str:

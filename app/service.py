@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
+from app import markup
 from app.alignments import AlignmentStore
 from app.blobs import FileStore
 from app.cache import TranslationCache
@@ -321,6 +322,22 @@ class Service:
         limit refuses one."""
         masked = [model.mask(text, terms) for text in texts]
         return masked, [self.encode_text(model, m.text, item_name(field, i, len(texts))) for i, m in enumerate(masked)]
+
+    async def retry_missed_terms(self, request: Request, key: BatchKey, model: ServedModel,
+                                 sentences: list[tuple[markup.Document, int]], results: list[TranslationResult],
+                                 name: str, timeout_s: float | None = None) -> None:
+        """For a model that reads annotations: the sentences (document, index) whose translation
+        (results, in the same order) lacks a target term annotated in them are translated again
+        with their annotated terms as sentinels, which the repair cannot lose; results in place."""
+        again = [i for i, (document, j) in enumerate(sentences)
+                 if document.annotations and document.missed_terms(j, results[i].hypotheses[0].text)]
+        if not again:
+            return
+        sources = [self.encode_text(model, sentences[i][0].annotations_as_sentinels(sentences[i][1]), name)
+                   for i in again]
+        self.metrics.term_retries.labels(model.id).inc(len(again))
+        for i, result in zip(again, (await self.translate(request, key, sources, timeout_s)).results):
+            results[i] = result
 
     async def translate(self, request: Request, key: BatchKey, sources: list[list[int]],
                         timeout_s: float | None = None) -> Outcome:

@@ -273,7 +273,9 @@ def main() -> None:
         print(f"\nservice / fastest offline throughput: {rows[0]['sentences_per_s'] / best:.2f}x (target >= 0.8x)")
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows, "mean_batch": run["mean_batch"], "busy_s": run["busy_s"],
-                                               "errors": run["errors"], "args": vars(args)}, indent=2))
+                                               "errors": run["errors"], "args": vars(args),
+                                               # (sentence index, latency s) of every answered request
+                                               "requests": list(zip(run["sent"], run["latencies"]))}, indent=2))
 
 
 if __name__ == "__main__":

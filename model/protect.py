@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from model.terms import Match, Terminology
+from model.terms import Match, Terminology, annotate
 
 SENTINEL_BASE = 0xE000  # Unicode private use area: never in ordinary text
 MAX_SPANS = 32  # sentinels in the vocabulary; spans past the 32nd of a text stay plain text
@@ -64,7 +64,7 @@ _PLACEHOLDER = (
     r"|\{\{\w+\}\}|\{\w*(?::[^{}\s]*)?\}"                       # {{name}} {0} {name} {0:d}
     r"|\$\{\w+\}|\$\(\w+\)|\$[A-Za-z_]\w*|\$\d+"              # ${VAR} $(ARG) $VAR $1
 )
-_SENTINEL = "[\ue000-\ue01f]"  # a sentinel character in the input is protected as itself
+_SENTINEL = "[\ue000-\ue021]"  # a sentinel or term tag (model/terms.py) in the input is protected as itself
 SPAN_RE = re.compile("|".join(f"(?:{p})" for p in (_SENTINEL, _TAG, _URL, _EMAIL, _WEBLATE, _ENTITY,
                                                   _PLACEHOLDER)))
 _URL_TRAILING = ".,;:!?)]}'\""
@@ -144,12 +144,26 @@ def spans(text: str, foreign: Callable[[str], bool] | None = None) -> list[str]:
     return [text[a:b] for a, b in find_spans(text, foreign)]
 
 
+@dataclass(frozen=True)
+class Annotation:
+    """A glossary term left in the text with its target term inline (model/terms.py)."""
+
+    entry: str  # the glossary's source term, as given
+    written: str  # the source term as the text writes it
+    target: str
+
+    @property
+    def text(self) -> str:
+        return annotate(self.written, self.target)
+
+
 @dataclass
 class Masked:
     text: str  # the text with sentinel k in place of span k
     spans: list[str] = field(default_factory=list)  # span k as written (a glossary term: its target term)
     terms: dict[int, str] = field(default_factory=dict)  # sentinel k -> the terminology entry it stands for
     taken_out: Stripped | None = None  # a model without sentinels: the spans taken out instead (take_out)
+    annotations: list[Annotation] = field(default_factory=list)  # glossary terms written inline (annotate_glossary)
 
     def terms_used(self, translation: str) -> set[str]:
         """The entries whose sentinel a (masked) translation holds."""
@@ -157,25 +171,47 @@ class Masked:
 
 
 def mask(text: str, order: list[int] | None = None, first: int = 0,
-         foreign: Callable[[str], bool] | None = None, terms: Terminology | None = None) -> Masked:
+         foreign: Callable[[str], bool] | None = None, terms: Terminology | None = None,
+         annotate_glossary: bool = False) -> Masked:
     """Replace the spans with sentinels first, first + 1, ... (or `order`'s numbers); spans past
     sentinel MAX_SPANS - 1 stay as they are. `foreign`: as in find_spans. `terms`: glossary and
-    do-not-translate terms outside the other spans are spans too (model/terms.py)."""
+    do-not-translate terms outside the other spans are spans too (model/terms.py), or with
+    `annotate_glossary` a glossary term stays in the text with its target term inline
+    (terms.annotate), for a model trained to read that."""
     found = [Match(a, b, text[a:b], "") for a, b in find_spans(text, foreign)]
     if terms:
         found = _with_terms(found, terms.find(text))
-    found = found[:max(0, MAX_SPANS - first)]
+    inline = [m for m in found if annotate_glossary and m.glossary]
+    found = [m for m in found if not (annotate_glossary and m.glossary)][:max(0, MAX_SPANS - first)]
     numbers = order if order is not None else list(range(first, first + len(found)))
     pieces, spans_by_number, pos = [], [""] * (max(numbers, default=-1) + 1), 0
-    entries = {}
-    for m, k in zip(found, numbers):
-        pieces += [text[pos:m.start], sentinel(k)]
-        spans_by_number[k] = m.output
-        if m.entry:
-            entries[k] = m.entry
+    entries, annotations = {}, []
+    for m, k in sorted([*zip(found, numbers), *((m, None) for m in inline)], key=lambda pair: pair[0].start):
+        if k is None:
+            annotation = Annotation(m.entry, text[m.start:m.end], m.output)
+            pieces += [text[pos:m.start], annotation.text]
+            annotations.append(annotation)
+        else:
+            pieces += [text[pos:m.start], sentinel(k)]
+            spans_by_number[k] = m.output
+            if m.entry:
+                entries[k] = m.entry
         pos = m.end
     pieces.append(text[pos:])
-    return Masked("".join(pieces), spans_by_number, entries)
+    return Masked("".join(pieces), spans_by_number, entries, annotations=annotations)
+
+
+def annotations_as_sentinels(text: str, annotations: list[Annotation], spans: list[str], terms: dict[int, str]) -> str:
+    """A masked text with each inline annotation it holds made a new sentinel, numbered after
+    `spans`, whose span is the target term (appended to `spans`, its entry to `terms`): the same
+    text as mask() without annotate_glossary would have given, for a second try where the model
+    missed an annotated term. An annotation past the last sentinel stays inline."""
+    for a in annotations:
+        while a.text in text and len(spans) < MAX_SPANS:
+            terms[len(spans)] = a.entry
+            text = text.replace(a.text, sentinel(len(spans)), 1)
+            spans.append(a.target)
+    return text
 
 
 def _with_terms(spans: list[Match], terms: list[Match]) -> list[Match]:
@@ -209,6 +245,23 @@ def unmask(text: str, spans: list[str]) -> str:
                 piece += " "
         out.append(piece)
     return "".join(out)
+
+
+_SPAN_SENTINEL = re.compile(f"[{SENTINELS[0]}-{SENTINELS[-1]}]")
+_WORD_CHAR = re.compile(r"\w")
+
+
+def keep_glue(translation: str, source: str) -> str:
+    """A masked translation without the space the model put between a sentinel and a word where
+    the masked source has that span glued to a word on that side: "\\ue000Datei\\ue001" (<b>Datei</b>)
+    translated "\\ue000 File\\ue001" becomes "\\ue000File\\ue001"."""
+    for m in _SPAN_SENTINEL.finditer(source):
+        s, at = m.group(), m.start()
+        if _WORD_CHAR.match(source[at + 1:at + 2]):
+            translation = re.sub(f"{s} (?=\\w)", s, translation)
+        if _WORD_CHAR.match(source[at - 1:at] if at else ""):
+            translation = re.sub(f"(?<=\\w) {s}", s, translation)
+    return translation
 
 
 def mask_pair(source: str, target: str, rng: random.Random | None = None) -> tuple[str, str] | None:

@@ -41,13 +41,14 @@ class TranslationResult:
     terms: dict[str, list[str]] | None = None
 
 
-def restore(result: TranslationResult, spans: list[str]) -> TranslationResult:
+def restore(result: TranslationResult, spans: list[str], source: str | None = None) -> TranslationResult:
     """Put the protected spans back into a result's texts and tokens (in place): sentinel k
-    becomes spans[k]."""
+    becomes spans[k]; with the masked `source`, a span glued to a word there is glued in the
+    texts too (protect.keep_glue)."""
     result.spans = spans
     result.source_tokens = show_spans(result.source_tokens, spans)
     for h in result.hypotheses:
-        h.text = protect.unmask(h.text, spans)
+        h.text = protect.unmask(protect.keep_glue(h.text, source) if source else h.text, spans)
         h.tokens = show_spans(h.tokens, spans)
         if h.target_tokens is not None:
             h.target_tokens = show_spans(h.target_tokens, spans)

@@ -15,6 +15,16 @@ attention-guided repair (model/protect.py) every matched term is in the output e
 model without sentinel pieces (an imported one) reads the text with its terms taken out, and each
 goes back where the cross-attention points (protect.take_out, place), as its placeholders do.
 
+A model trained with inline term annotations (Dinu et al., 2019, "Training Neural Machine
+Translation to Apply Terminology Constraints"; its vocabulary holds the two tags below) reads a
+glossary term instead as the source term followed by the target term between the tags,
+
+    "Open the file\\ue020 Akte\\ue021 in \\ue000."
+
+and writes the target term itself, inflected where the sentence needs it ("die Akten").
+Translator checks that each annotated term is in the translation (`term_used`); a text where
+one is missing is translated again with the terms as sentinels, which cannot miss.
+
 Matching: whole words, case-insensitively, the longest entry first where entries overlap; a
 term inside a placeholder, tag or URL is not matched.
 """
@@ -25,6 +35,12 @@ import re
 from dataclasses import dataclass, field
 
 MAX_TERM_CHARS = 1024  # DeepL's limit for one glossary term (bytes of UTF-8 there; characters here)
+# The tags around an inline target term: private-use characters right after the 32 sentinels
+# (model/protect.py), one SentencePiece piece each in a vocabulary trained with annotations.
+TERM_OPEN, TERM_CLOSE = "\ue020", "\ue021"
+TERM_TAGS = (TERM_OPEN, TERM_CLOSE)
+# Endings a word may take where a dictionary form becomes inflected (German and English); see term_used
+_ENDINGS = ("en", "em", "er", "es", "e", "n", "s")
 
 
 class TermError(ValueError):
@@ -37,6 +53,7 @@ class Match:
     end: int
     output: str  # what the translation gets in the term's place
     entry: str  # the glossary's source term, or the do-not-translate term, as given
+    glossary: bool = False  # a glossary entry (output: its target term), not a do-not-translate term
 
 
 @dataclass
@@ -71,7 +88,7 @@ class Terminology:
         out = []
         for m in self._pattern.finditer(text):
             target, entry = self._by_folded[m.group().casefold()]
-            out.append(Match(m.start(), m.end(), m.group() if target is None else target, entry))
+            out.append(Match(m.start(), m.end(), m.group() if target is None else target, entry, target is not None))
         return out
 
     def merged(self, other: Terminology | None) -> Terminology:
@@ -88,8 +105,35 @@ def check_term(term: str, what: str) -> None:
         raise TermError(f"{what} {term!r}: leading or trailing whitespace")
     if len(term) > MAX_TERM_CHARS:
         raise TermError(f"{what} {term[:40]!r}...: {len(term)} characters; at most {MAX_TERM_CHARS}")
-    if any(c in term for c in "\t\n\r") or any(0xE000 <= ord(c) < 0xE020 for c in term):
+    if any(c in term for c in "\t\n\r") or any(0xE000 <= ord(c) <= ord(TERM_CLOSE) for c in term):
         raise TermError(f"{what} {term!r}: holds a tab, a line break or a reserved character")
+
+
+def annotate(source_term: str, target_term: str) -> str:
+    """A source term with its required target term inline, as annotated models read it."""
+    return f"{source_term}{TERM_OPEN} {target_term}{TERM_CLOSE}"
+
+
+def strip_tags(text: str) -> str:
+    return text.replace(TERM_OPEN, "").replace(TERM_CLOSE, "") if TERM_OPEN in text or TERM_CLOSE in text else text
+
+
+def term_used(translation: str, term: str) -> bool:
+    """Whether the translation holds the term, as written or inflected: each word of the term
+    starts a word of the translation, in order, case-insensitively, once the word has lost at
+    most one common ending ("Datei" in "Dateien", "neue" in "neuen", "Ordner" in "Ordners")."""
+    def stem(word: str) -> str:
+        for ending in _ENDINGS:
+            if word.endswith(ending) and len(word) - len(ending) >= 3:
+                return word[:-len(ending)]
+        return word
+
+    found = [w.casefold() for w in re.findall(r"\w+", translation)]
+    wanted = [stem(w.casefold()) for w in re.findall(r"\w+", term)]
+    if not wanted:
+        return term in translation
+    return any(all(found[start + j].startswith(w) for j, w in enumerate(wanted))
+               for start in range(len(found) - len(wanted) + 1))
 
 
 def report(terms: Terminology, matched: set[str], used: set[str]) -> dict[str, list[str]]:

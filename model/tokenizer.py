@@ -16,6 +16,7 @@ import sentencepiece as spm
 
 from model.config import ModelConfig
 from model.protect import SENTINELS
+from model.terms import TERM_TAGS
 
 
 class Tokenizer:
@@ -34,6 +35,9 @@ class Tokenizer:
             sp.piece_to_id(s) != sp.unk_id() for sp in (self.source_sp, self.target_sp) for s in SENTINELS)
         self.sentinel_ids = {sp.piece_to_id(s) for sp in (self.source_sp, self.target_sp)
                              for s in SENTINELS} if self.has_sentinels else set()
+        # whether they also hold the tags of inline term annotations (model/terms.py) as pieces
+        self.has_term_tags = self.has_sentinels and all(
+            sp.piece_to_id(s) != sp.unk_id() for sp in (self.source_sp, self.target_sp) for s in TERM_TAGS)
         # bounded: a text can hold any of Unicode's characters
         self.cannot_spell = functools.lru_cache(maxsize=1 << 16)(self._cannot_spell)
 

@@ -23,7 +23,7 @@ from model.cpu.fused import FusedInt8Decoder, can_fuse, fuse
 from model.cpu.weights import Int8Linear, can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
 from model.results import Translation, TranslationResult, restore
 from model.search import IncrementalDecoder, SelectFn, beam_search, select
-from model.terms import Terminology, report
+from model.terms import Terminology, report, strip_tags, term_used
 from model.tokenizer import Tokenizer
 from model.transformer import Transformer, attention, inference_attention_backends
 
@@ -76,6 +76,8 @@ class Translator:
         self.int8_path = kernels.int8_path() if int8 else None
         self.max_length_a, self.max_length_b = max_length_a, max_length_b
         self.max_length_cap = min(max_length_cap, self.config.max_positions)
+        # a model trained with inline term annotations (training/annotate.py) reads glossary terms that way
+        self.reads_annotations = tokenizer.has_term_tags and bool(self.metadata.get("term_annotations"))
 
     @classmethod
     def load(cls, directory: str | Path, device: str | None = None, dtype: str = "auto", prepack: bool = True,
@@ -115,16 +117,19 @@ class Translator:
         """Source ids of a text, its protected spans masked when the vocabulary has sentinels."""
         return self.tokenizer.encode_source(self.mask(text).text)
 
-    def mask(self, text: str, terms: Terminology | None = None) -> protect.Masked:
+    def mask(self, text: str, terms: Terminology | None = None, annotate: bool = False) -> protect.Masked:
         """The text as the model reads it: control characters removed (model/clean.py) and, with
         sentinels in the vocabulary, protected spans masked (and `terms`' glossary and
-        do-not-translate terms: model/terms.py). ValueError for a lone surrogate."""
+        do-not-translate terms: model/terms.py; with `annotate`, glossary terms inline). ValueError
+        for a lone surrogate."""
         at = lone_surrogate(text)
         if at is not None:
             raise ValueError(f"a lone surrogate (U+{ord(text[at]):04X}) at character {at} is not valid Unicode")
         text = clean_text(text)
         tok = self.tokenizer
-        return protect.mask(text, foreign=tok.cannot_spell, terms=terms) if tok.has_sentinels else protect.Masked(text)
+        if not tok.has_sentinels:
+            return protect.Masked(text)
+        return protect.mask(text, foreign=tok.cannot_spell, terms=terms, annotate_glossary=annotate)
 
     def length_cap(self, source_len: int, max_decoding_length: int | None) -> int:
         """New target tokens allowed (EOS included): max_decoding_length when given (within the
@@ -136,7 +141,8 @@ class Translator:
     def translate(self, sources: list[str] | list[list[int]], beam_size: int = 4, n_best: int = 1,
                   length_penalty: float = 1.0, max_decoding_length: int | None = None,
                   return_attention: bool = False, batch_tokens: int = 4096, min_length: int = 0,
-                  parallel: int = 1, terms: Terminology | None = None) -> list[TranslationResult]:
+                  parallel: int = 1, terms: Terminology | None = None,
+                  term_method: str = "auto") -> list[TranslationResult]:
         """Translate strings (or EOS-terminated source id lists). max_decoding_length: the most new
         target tokens (EOS included), in place of the default a * source length + b; EOS is not
         allowed before min_length new tokens.
@@ -148,13 +154,19 @@ class Translator:
         torch.set_num_threads(1), one core per batch, which on a small model gains more than
         intra-op threads, whose work per op is too small to split. `terms`: glossary entries the
         translations must use and terms they keep as written (model/terms.py); each result's
-        `terms` says which were applied.
+        `terms` says which were applied. term_method, for glossary entries: "spans" (sentinels,
+        the target term written as given), "annotate" (inline, for a model trained to read
+        annotations: it writes and inflects the term itself), "auto" (annotate when the model
+        reads annotations, and translate with "spans" again the texts where a term is missing).
         """
         if not 1 <= beam_size <= MAX_BEAM:
             raise ValueError(f"beam_size must be between 1 and {MAX_BEAM}, got {beam_size}")
         if not 1 <= n_best <= beam_size:
             raise ValueError(f"n_best must be between 1 and beam_size={beam_size}, got {n_best}")
-        masked = [self.mask(s, terms) if isinstance(s, str) else None for s in sources]
+        if term_method not in ("auto", "annotate", "spans"):
+            raise ValueError(f"term_method must be auto, annotate or spans, got {term_method!r}")
+        annotate = bool(terms and terms.glossary) and self.reads_annotations and term_method != "spans"
+        masked = [self.mask(s, terms, annotate) if isinstance(s, str) else None for s in sources]
         # a model without sentinel pieces reads text without its spans; they go back by the attention
         stripped: list[protect.Stripped | None] = [None] * len(sources)
         if not self.tokenizer.has_sentinels:
@@ -209,10 +221,21 @@ class Translator:
             for i, h in zip(batch, hyps):
                 results[i] = self.to_result(ids[i], h, return_attention, masked[i], shouting[i], marks[i],
                                             stripped[i])
-                if terms and masked[i] is not None:  # the repair (or the placement) puts every term in
+                if terms and masked[i] is not None:  # the repair (or the placement) puts every sentinel term in
                     found = {m.entry for m in terms.find(clean_text(sources[i]))}
-                    used = stripped[i].terms if stripped[i] else masked[i].terms
-                    results[i].terms = report(terms, found, set(used.values()))
+                    used = set((stripped[i].terms if stripped[i] else masked[i].terms).values())
+                    text = results[i].hypotheses[0].text
+                    used |= {a.entry for a in masked[i].annotations if term_used(text, a.target)}
+                    results[i].terms = report(terms, found, used)
+        if annotate and term_method == "auto":
+            # an annotated term the model did not write: that text again, its terms as sentinels
+            again = [i for i, m in enumerate(masked) if m and {a.entry for a in m.annotations} - set(results[i].terms["applied"])]
+            if again:
+                redone = self.translate([sources[i] for i in again], beam_size, n_best, length_penalty,
+                                        max_decoding_length, return_attention, batch_tokens, min_length, parallel,
+                                        terms, term_method="spans")
+                for i, result in zip(again, redone):
+                    results[i] = result
         return results  # type: ignore[return-value]
 
     @staticmethod
@@ -255,7 +278,9 @@ class Translator:
         result = TranslationResult(source_tokens=source_pieces)
         for h in hyps:
             pieces = tok.target_pieces(h.token_ids)
-            t = Translation(tok.decode_target(h.token_ids), pieces, h.token_ids, h.score, h.log_prob, h.ended_with_eos)
+            # a term tag the model wrote is no text
+            t = Translation(strip_tags(tok.decode_target(h.token_ids)), pieces, h.token_ids, h.score, h.log_prob,
+                            h.ended_with_eos)
             repairable = tok.has_sentinels and (self.has_sentinel(source_ids) or self.has_sentinel(h.token_ids))
             attention = None if h.attention is None or not (repairable or marked) else h.attention.float().cpu().numpy()
             text_pieces, text_attention = pieces, attention  # the pieces of t.text, and their attention rows
@@ -278,4 +303,4 @@ class Translator:
                 t.attention = h.attention.float().cpu()
                 t.target_tokens = pieces + (["</s>"] if h.ended_with_eos else [])
             result.hypotheses.append(t)
-        return restore(result, masked.spans) if masked and masked.spans else result
+        return restore(result, masked.spans, masked.text) if masked and masked.spans else result

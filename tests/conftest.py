@@ -15,6 +15,7 @@ import torch
 from model.checkpoint import save_checkpoint
 from model.config import ModelConfig
 from model.protect import SENTINELS
+from model.terms import TERM_TAGS
 from model.transformer import Transformer
 
 # In-process test apps detect among all 75 languages; preloading them would cost each app ~30 s
@@ -33,11 +34,11 @@ TINY_TEXT = [
 ]
 
 def train_tiny_spm(directory: Path, vocab_size: int = 96, sentinels: bool = False, byte_fallback: bool = False,
-                   text: list[str] = TINY_TEXT) -> Path:
+                   text: list[str] = TINY_TEXT, term_tags: bool = False) -> Path:
     """A joint SentencePiece model with pad=0, unk=1, bos=2, eos=3 (the project's convention);
     with `sentinels`, the sentinels of protected spans as user-defined pieces (model/protect.py);
     with `byte_fallback`, 256 byte pieces for what its pieces do not spell (as the shipped model);
-    `text`: what it is trained on."""
+    `text`: what it is trained on; with `term_tags`, also the tags of inline term annotations."""
     directory.mkdir(parents=True, exist_ok=True)
     corpus = directory / "spm.txt"
     corpus.write_text("\n".join(text * 4) + "\n")
@@ -45,16 +46,18 @@ def train_tiny_spm(directory: Path, vocab_size: int = 96, sentinels: bool = Fals
     spm.SentencePieceTrainer.train(
         input=str(corpus), model_prefix=str(prefix), vocab_size=vocab_size, model_type="unigram",
         pad_id=0, unk_id=1, bos_id=2, eos_id=3, character_coverage=1.0, hard_vocab_limit=False,
-        minloglevel=2, user_defined_symbols=SENTINELS if sentinels else [], byte_fallback=byte_fallback,
+        minloglevel=2, user_defined_symbols=(SENTINELS if sentinels else []) + (list(TERM_TAGS) if term_tags else []),
+        byte_fallback=byte_fallback,
     )
     return prefix.with_suffix(".model")
 
 
 def make_tiny_checkpoint(directory: Path, seed: int = 0, sentinels: bool = False, byte_fallback: bool = False,
-                         text: list[str] = TINY_TEXT, **config_overrides) -> Path:
-    """A random tiny model saved in the checkpoint format; returns its directory."""
-    spm_path = train_tiny_spm(directory / "spm", 96 + 32 * sentinels + 256 * byte_fallback, sentinels, byte_fallback,
-                              text)
+                         text: list[str] = TINY_TEXT, term_annotations: bool = False, **config_overrides) -> Path:
+    """A random tiny model saved in the checkpoint format; returns its directory. With
+    `term_annotations` (and `sentinels`): a model that says it reads inline term annotations."""
+    spm_path = train_tiny_spm(directory / "spm", 96 + 32 * sentinels + 2 * term_annotations + 256 * byte_fallback,
+                              sentinels, byte_fallback, text, term_annotations)
     vocab = spm.SentencePieceProcessor(model_file=str(spm_path)).get_piece_size()
     # 4 heads of 16: a head size the C++ attention takes, so int8 models run the fused decoder step
     options = dict(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=64, n_heads=4, d_ff=64,
@@ -64,7 +67,8 @@ def make_tiny_checkpoint(directory: Path, seed: int = 0, sentinels: bool = False
     torch.manual_seed(seed)
     model = Transformer(ModelConfig(**options))
     out = directory / "ckpt"
-    save_checkpoint(out, model, spm_path, spm_path, {"source_lang": "en", "target_lang": "de"})
+    save_checkpoint(out, model, spm_path, spm_path, {"source_lang": "en", "target_lang": "de",
+                                                     **({"term_annotations": 0.25} if term_annotations else {})})
     return out
 
 

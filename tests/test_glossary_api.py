@@ -174,3 +174,36 @@ def test_the_deepl_client_round_trip_against_a_real_server(tiny_sentinel_checkpo
         run = subprocess.run([sys.executable, "-c", DEEPL_ROUND_TRIP, url], capture_output=True, text=True,
                              timeout=120)
         assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-3000:]
+
+
+def test_a_model_that_reads_annotations_gets_glossaries_inline_in_every_api(tmp_path):
+    """A model trained with inline term annotations reads glossary terms that way; where it does
+    not write a term (a random model never does), the sentence goes again with the term as a
+    sentinel, so every API still returns the term and reports it applied."""
+    from tests.conftest import make_tiny_checkpoint
+
+    checkpoint = make_tiny_checkpoint(tmp_path / "annotating", sentinels=True, term_annotations=True)
+    settings = Settings(model_dirs=[str(checkpoint)], workers=1, threads_per_worker=1, max_wait_ms=2,
+                        keys_db=str(tmp_path / "keys.db"))
+
+    def retries() -> float:
+        lines = client.get("/metrics").text.splitlines()
+        return sum(float(line.split()[-1]) for line in lines if line.startswith("nmt_term_retries_total"))
+
+    with ready_client(settings) as client:
+        body = {"source": "en", "target": "de", "glossary": {"file": "Akte"}, "do_not_translate": ["Nextcloud"]}
+        r = client.post("/v1/translate", json={**body, "text": ["Open the file in Nextcloud.", "Hello."]})
+        assert r.status_code == 200, r.text
+        first, second = r.json()["translations"]
+        assert "Akte" in first["text"] and "Nextcloud" in first["text"] and "\ue020" not in first["text"]
+        assert first["terms"]["applied"] == ["file", "Nextcloud"] and second["terms"]["not_found"] == ["file", "Nextcloud"]
+        assert retries() == 1  # the first text only
+        for fmt in ("text", "html"):
+            r = client.post("/translate", json={**body, "q": "Open the <b>file</b> in Nextcloud.", "format": fmt})
+            assert r.status_code == 200, r.text
+            assert "Akte" in r.json()["translatedText"] and r.json()["terms"]["applied"] == ["file", "Nextcloud"]
+        r = client.post("/translate_file", files={"file": ("a.txt", b"Open the file in Nextcloud.\n")},
+                        data={"source": "en", "target": "de", "glossary": '{"file": "Akte"}'})
+        assert r.status_code == 200, r.text
+        assert "Akte" in client.get(r.json()["translatedFileUrl"]).text
+        assert retries() == 4

@@ -52,6 +52,15 @@ def test_unmask_keeps_a_span_from_running_into_its_neighbours():
         assert spans(text) == spans(unmask(mask(text).text, mask(text).spans))
 
 
+def test_a_span_glued_to_a_word_in_the_source_stays_glued():
+    source = protect.mask("Öffnen Sie <b>Datei</b> (<i>neu</i>) und %s Einträge.")
+    # the model wrote spaces inside the bold and italic tags and around %s
+    translated = "Open \ue000 File \ue001 (\ue002 new \ue003) and \ue004 entries."
+    glued = protect.keep_glue(translated, source.text)
+    assert protect.unmask(glued, source.spans) == "Open <b>File</b> (<i>new</i>) and %s entries."
+    assert protect.keep_glue("a \ue000 b", "x \ue000 y") == "a \ue000 b"  # not glued in the source: as written
+
+
 def test_mask_pair_numbers_target_like_source():
     src, tgt = mask_pair("Copy %s to %s with {0}", "Kopiere %s nach %s mit {0}")
     assert src == f"Copy {S[0]} to {S[1]} with {S[2]}" and tgt == f"Kopiere {S[0]} nach {S[1]} mit {S[2]}"

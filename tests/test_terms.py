@@ -4,12 +4,16 @@ byte, even from a random model (the repair puts a dropped sentinel back)."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from app.glossaries import inline_terminology, parse_entries
 from model import protect
-from model.terms import TermError, Terminology
+from model.terms import TERM_CLOSE, TERM_OPEN, TermError, Terminology, annotate, term_used
 from model.translator import Translator
+from tests.conftest import make_tiny_checkpoint
+from training.annotate import annotate_corpus, annotate_pair, gloss_index
 
 
 def test_terms_are_whole_words_longest_first_outside_other_spans():
@@ -61,3 +65,65 @@ def test_a_model_without_sentinels_places_terms_by_attention(tiny_checkpoint):
     [result] = translator.translate(["Open the file in Nextcloud."], terms=Terminology({"file": "Akte"}, ["Nextcloud"]))
     assert result.terms == {"applied": ["file", "Nextcloud"], "not_applied": [], "not_found": []}
     assert "Akte" in result.hypotheses[0].text and "Nextcloud" in result.hypotheses[0].text
+
+
+def test_a_term_is_used_as_written_or_inflected():
+    assert term_used("Speichern Sie die Dateien.", "Datei")
+    assert term_used("die neuen Ordner", "neue Ordner")
+    assert term_used("im Ordner des Benutzers", "Benutzer")
+    assert not term_used("Speichern Sie das Dokument.", "Datei")
+    assert not term_used("Ordner neue", "neue Ordner")  # the words in order
+    with pytest.raises(TermError, match="reserved"):
+        Terminology({"file": f"Akte{TERM_OPEN}"})
+
+
+def test_glossary_terms_go_inline_for_a_model_that_reads_annotations():
+    terms = Terminology({"file": "Akte"}, ["Nextcloud"])
+    masked = protect.mask("Open the <b>file</b> in Nextcloud.", terms=terms, annotate_glossary=True)
+    # the glossary term stays, its target term follows between the tags; the rest are sentinels
+    assert masked.text == f"Open the \ue000file{TERM_OPEN} Akte{TERM_CLOSE}\ue001 in \ue002."
+    assert masked.spans == ["<b>", "</b>", "Nextcloud"] and masked.terms == {2: "Nextcloud"}
+    assert [(a.entry, a.written, a.target) for a in masked.annotations] == [("file", "file", "Akte")]
+    # a second try: the annotation becomes a sentinel, as without annotate_glossary
+    spans, entries = list(masked.spans), dict(masked.terms)
+    again = protect.annotations_as_sentinels(masked.text, masked.annotations, spans, entries)
+    assert again == "Open the \ue000\ue003\ue001 in \ue002."
+    assert spans == ["<b>", "</b>", "Nextcloud", "Akte"] and entries == {2: "Nextcloud", 3: "file"}
+    # a tag character in the input is protected as itself, not read as an annotation
+    assert protect.mask(f"a{TERM_OPEN}b").spans == [TERM_OPEN]
+
+
+def test_training_annotations_use_glosses_the_reference_follows():
+    index = gloss_index([("file", "Datei"), ("file", "Akte"), ("file manager", "Dateiverwaltung"), ("save", "sichern")])
+    rng = random.Random(0)
+    source = "Save the file in the file manager."
+    target = "Speichern Sie die Dateien in der Dateiverwaltung."
+    for _ in range(20):  # 1 or 2 of the fitting glosses; "sichern" is not in the reference
+        out = annotate_pair(source, target, index, rng)
+        assert out in {f"Save the {annotate('file', 'Datei')} in the file manager.",
+                       f"Save the file in the {annotate('file manager', 'Dateiverwaltung')}.",
+                       f"Save the {annotate('file', 'Datei')} in the {annotate('file manager', 'Dateiverwaltung')}."}
+    assert annotate_pair("Open file", "Datei öffnen", index, rng) is None  # too short to annotate
+    sources, count = annotate_corpus([source] * 10, [target] * 10, [("file", "Datei")], share=0.5, seed=1)
+    assert 0 < count < 10 and sum(s != source for s in sources) == count
+
+
+def test_an_annotating_model_falls_back_to_sentinels_when_it_misses_a_term(tmp_path):
+    checkpoint = make_tiny_checkpoint(tmp_path / "annotating", sentinels=True, term_annotations=True)
+    translator = Translator.load(checkpoint, device="cpu", dtype="float32")
+    assert translator.reads_annotations
+    tags = {translator.tokenizer.source_sp.piece_to_id(t) for t in (TERM_OPEN, TERM_CLOSE)}
+    masked = translator.mask("Open the file.", Terminology({"file": "Akte"}), annotate=True)
+    assert tags <= set(translator.tokenizer.encode_source(masked.text))  # one piece each
+    terms = Terminology({"file": "Akte"}, ["Nextcloud"])
+    source = "Open the file in Nextcloud."
+    # a random model does not write the annotated term: alone, the report says so ...
+    [alone] = translator.translate([source], terms=terms, term_method="annotate")
+    assert "Akte" not in alone.hypotheses[0].text and alone.terms["not_applied"] == ["file"]
+    assert "Nextcloud" in alone.hypotheses[0].text  # kept terms are sentinels either way
+    # ... and "auto" translates it again with the term as a sentinel, which cannot miss
+    [auto] = translator.translate([source], terms=terms)
+    assert "Akte" in auto.hypotheses[0].text and auto.terms["applied"] == ["file", "Nextcloud"]
+    assert TERM_OPEN not in auto.hypotheses[0].text
+    with pytest.raises(ValueError, match="term_method"):
+        translator.translate([source], terms=terms, term_method="magic")

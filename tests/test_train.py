@@ -17,6 +17,7 @@ from model.config import ModelConfig
 from model.transformer import Transformer
 from model.translator import Translator
 from training import train
+from training.corpus import DING_FILE, DING_PACKAGE
 
 ADJ = [("red", "rote"), ("small", "kleine"), ("old", "alte"), ("green", "grüne"), ("new", "neue")]
 NOUN = [("cat", "Katze"), ("window", "Fenster"), ("file", "Datei"), ("door", "Tür")]
@@ -279,6 +280,21 @@ def test_grow_encoder_refuses_a_shape_it_cannot_grow(overfit_model, tmp_path):
     (post / "config.json").write_text(json.dumps({**config, "norm": "post"}))
     with pytest.raises(SystemExit, match="pre-norm"):
         run(corpus, tmp_path / "from_post", "--init-from", str(post), "--grow-encoder", "4", "--max-steps", "1")
+
+
+def test_a_run_with_term_annotations_writes_a_model_that_reads_them(tmp_path):
+    corpus = write_corpus(tmp_path, pairs(60), pairs(60)[:8])
+    ding = tmp_path / "cache" / "extract" / f"{DING_PACKAGE}_1.0" / DING_FILE
+    ding.parent.mkdir(parents=True)
+    ding.write_text("Katze {f} :: cat\nFenster {n} :: window\nAuto {n} :: car\n", encoding="utf-8")
+    run_dir = run(corpus, tmp_path / "run", "--max-steps", "2", "--max-tokens", "200", "--dict-keep", "-1",
+                  "--term-annotations", "1", "--cache", str(tmp_path / "cache"))
+    meta = json.loads((run_dir / "final" / "metadata.json").read_text())
+    # every pair with a cat or a window: half of pairs(60)
+    assert meta["training"]["data"]["term_annotated_pairs"] == 30 and meta["term_annotations"] == 1.0
+    assert Translator.load(run_dir / "final", device="cpu", dtype="float32").reads_annotations
+    plain = run(corpus, tmp_path / "plain", "--max-steps", "1", "--max-tokens", "200")
+    assert not Translator.load(plain / "final", device="cpu", dtype="float32").reads_annotations
 
 
 def test_subsample_cuts_and_repeat_repeats_a_source(tmp_path):

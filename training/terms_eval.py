@@ -88,7 +88,8 @@ def glossary_candidates(sources: list[str], references: list[str], glosses: list
     return out
 
 
-def translate(translator: Translator, texts: list[str], beam: int, terms: list[Terminology] | None = None):
+def translate(translator: Translator, texts: list[str], beam: int, terms: list[Terminology] | None = None,
+              term_method: str = "auto"):
     """Best translations (one terminology per text, translated one group per distinct terminology)
     and the seconds it took."""
     start = time.perf_counter()
@@ -100,16 +101,18 @@ def translate(translator: Translator, texts: list[str], beam: int, terms: list[T
         for i, t in enumerate(terms):
             groups.setdefault(json.dumps([t.glossary, t.keep], sort_keys=True), []).append(i)
         for indices in groups.values():
-            results = translator.translate([texts[i] for i in indices], beam_size=beam, terms=terms[indices[0]])
+            results = translator.translate([texts[i] for i in indices], beam_size=beam, terms=terms[indices[0]],
+                                           term_method=term_method)
             for i, r in zip(indices, results):
                 out[i] = r.hypotheses[0].text
     return out, time.perf_counter() - start
 
 
 def evaluate(model: str, data: str, cache: str, beam: int = 4, limit: int = 400, threads: int = 2,
-             dtype: str = "auto", seed: int = 0, no_sentinels: bool = False) -> dict:
+             dtype: str = "auto", seed: int = 0, no_sentinels: bool = False, term_method: str = "auto") -> dict:
     """no_sentinels: the model run as one without sentinel pieces (an imported model): terms
-    taken out and put back by the attention (protect.take_out, place)."""
+    taken out and put back by the attention (protect.take_out, place). term_method: as
+    Translator.translate's."""
     torch.set_num_threads(threads)
     translator = Translator.load(model, device="cpu", dtype=dtype)
     if no_sentinels:
@@ -132,7 +135,7 @@ def evaluate(model: str, data: str, cache: str, beam: int = 4, limit: int = 400,
     ref = [references[i] for i, _ in chosen]
     terms = [Terminology({en: de}) for _, (en, de) in chosen]
     without, seconds_without = translate(translator, src, beam)
-    with_terms, seconds_with = translate(translator, src, beam, terms)
+    with_terms, seconds_with = translate(translator, src, beam, terms, term_method)
     exact = sum(has_term(h, de) for h, (_, (_, de)) in zip(with_terms, chosen))
     lemma = sum(lemma_match(h, de) for h, (_, (_, de)) in zip(with_terms, chosen))
     alone_lemma = sum(lemma_match(h, de) for h, (_, (_, de)) in zip(without, chosen))
@@ -159,6 +162,7 @@ def evaluate(model: str, data: str, cache: str, beam: int = 4, limit: int = 400,
                       "kept_alone_pct": round(100 * alone / max(1, len(items)), 2)}
     return {
         "model": model, "beam": beam, "dtype": translator.dtype, "threads": threads, "no_sentinels": no_sentinels,
+        "term_method": term_method, "reads_annotations": translator.reads_annotations,
         "glossary": {
             "candidates": len(candidates), "model_alone_writes_term_pct": round(
                 100 * (len(candidates) - len(missing)) / max(1, len(candidates)), 2),
@@ -179,7 +183,9 @@ def markdown(report: dict) -> str:
     g, d = report["glossary"], report["do_not_translate"]
     return "\n".join([
         f"Glossary set: {g['sentences']} held-out sentences (of {g['candidates']} with a Ding term in source and "
-        f"reference; the model alone writes the term in {g['model_alone_writes_term_pct']}% of those)", "",
+        f"reference; the model alone writes the term in {g['model_alone_writes_term_pct']}% of those); glossary "
+        f"method {report['term_method']}" + ("" if report["reads_annotations"] else " (the model reads no annotations)"),
+        "",
         "| | without glossary | with glossary |", "|---|---:|---:|",
         f"| required term, exact | 0% (by construction) | {g['term_exact_pct']}% |",
         f"| required term, lemma-aware | {g['term_lemma_alone_pct']}% | {g['term_lemma_pct']}% |",
@@ -193,7 +199,7 @@ def markdown(report: dict) -> str:
 
 def eval_terms_command(args) -> dict:
     report = evaluate(args.model, args.data, args.cache, args.beam, args.limit, args.threads, args.dtype,
-                      no_sentinels=args.no_sentinels)
+                      no_sentinels=args.no_sentinels, term_method=args.term_method)
     print(markdown(report))
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
@@ -210,6 +216,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "int8"])
     p.add_argument("--no-sentinels", action="store_true", help="run the model as one without sentinel pieces: "
                    "terms taken out and put back by the attention (how imported models take them)")
+    p.add_argument("--term-method", default="auto", choices=["auto", "annotate", "spans"],
+                   help="how glossary terms reach the model (Translator.translate's term_method)")
     p.add_argument("--out", help="write the JSON report here")
 
 

@@ -48,9 +48,11 @@ from safetensors.torch import load_file, save_file
 from model import protect
 from model.checkpoint import load_checkpoint, save_checkpoint, stored_state
 from model.config import ModelConfig
+from model.terms import TERM_TAGS
 from model.tokenizer import Tokenizer
 from model.transformer import Transformer
 from model.translator import Translator
+from training.annotate import annotate_corpus
 from training.corpus import read_lines
 
 SPECIAL_IDS = dict(pad_id=0, unk_id=1, bos_id=2, eos_id=3)
@@ -89,7 +91,8 @@ def languages(direction: str) -> tuple[str, str]:
 
 def load_training_corpus(data_dir: Path, dict_keep: int, seed: int, short_keep: int = -1,
                          repeat: dict[str, int] | None = None, subsample: dict[str, int] | None = None,
-                         direction: str = "en-de") -> Corpus:
+                         direction: str = "en-de", term_share: float = 0.0,
+                         glosses: list[tuple[str, str]] | None = None) -> Corpus:
     """The training pairs of `direction`, weighted toward full sentences.
 
     - `ding_dict` word/phrase entries are subsampled to `dict_keep`: ~312k of the pairs are 1-3
@@ -101,6 +104,8 @@ def load_training_corpus(data_dir: Path, dict_keep: int, seed: int, short_keep: 
       so the whole Bible would be a large share of the target tokens).
     - `repeat` repeats a source's pairs (e.g. {"ding": 2}: the Ding example sentences are the
       little general, conversational language there is).
+    - `term_share` of the pairs are examined for inline term annotations from `glosses`
+      ((source-language, target-language) terms; training/annotate.py).
     """
     d = Path(data_dir)
     en, de = read_lines(d / "train.en"), read_lines(d / "train.de")
@@ -131,12 +136,17 @@ def load_training_corpus(data_dir: Path, dict_keep: int, seed: int, short_keep: 
     src, tgt = (en, de) if languages(direction)[0] == "en" else (de, en)  # the same rows either way
     masked = [protect.mask_pair(src[i], tgt[i], rng) for i in rows]
     kept = [m for m in masked if m is not None]
+    annotated = 0
+    if term_share > 0:
+        sources_annotated, annotated = annotate_corpus([m[0] for m in kept], [m[1] for m in kept], glosses or [],
+                                                       term_share, seed)
+        kept = [(a, m[1]) for a, m in zip(sources_annotated, kept)]
     description = {"pairs": len(kept), "pairs_by_source": dict(sorted(counts.items())),
                    "ding_dict_available": int(len(dict_rows)), "ding_dict_kept": int(counts.get("ding_dict", 0)),
                    "short_available": int(len(short_rows)), "short_keep": short_keep, "subsample": subsample or {},
                    "repeat": repeat,
                    "pairs_with_spans": sum(any(c in protect.SENTINELS for c in m[0]) for m in kept),
-                   "dropped_span_mismatch": len(masked) - len(kept)}
+                   "dropped_span_mismatch": len(masked) - len(kept), "term_annotated_pairs": annotated}
     return Corpus([m[0] for m in kept], [m[1] for m in kept], description)
 
 
@@ -148,14 +158,15 @@ def load_heldout(path_en: Path, path_de: Path) -> tuple[list[str], list[str]]:
 
 
 def with_sentinels(spm_path: Path, out: Path) -> Path:
-    """A copy of a SentencePiece model with the sentinels of protected spans appended as
-    user-defined pieces (ids after its own, which keep their ids), unless it has them already."""
+    """A copy of a SentencePiece model with the sentinels of protected spans and the term
+    annotation tags appended as user-defined pieces (ids after its own, which keep their ids),
+    unless it has them already."""
     from sentencepiece import sentencepiece_model_pb2 as pb  # needs protobuf (the `train` extra)
 
     proto = pb.ModelProto()
     proto.ParseFromString(Path(spm_path).read_bytes())
     have = {p.piece for p in proto.pieces}
-    for s in protect.SENTINELS:
+    for s in protect.SENTINELS + list(TERM_TAGS):
         if s not in have:
             piece = proto.pieces.add()
             piece.piece, piece.score, piece.type = s, 0.0, pb.ModelProto.SentencePiece.USER_DEFINED
@@ -179,7 +190,7 @@ def train_sentencepiece(corpus: Corpus, prefix: Path, vocab_size: int, sample_si
         input=str(text), model_prefix=str(prefix), model_type="unigram", vocab_size=vocab_size,
         input_sentence_size=sample_size, shuffle_input_sentence=True, seed_sentencepiece_size=1_000_000,
         character_coverage=0.9999, byte_fallback=True, normalization_rule_name="identity",
-        user_defined_symbols=protect.SENTINELS,  # one unsplittable piece per sentinel
+        user_defined_symbols=protect.SENTINELS + list(TERM_TAGS),  # one unsplittable piece each
         hard_vocab_limit=False, num_threads=max(1, torch.get_num_threads()), minloglevel=2,
         **SPECIAL_IDS, pad_piece="<pad>", unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",
     )
@@ -520,9 +531,17 @@ class Trainer:
 
     def load_data(self) -> None:
         a, c = self.args, self.config
+        share = getattr(a, "term_annotations", 0.0)  # runs older than --term-annotations lack it
+        glosses = None
+        if share > 0:
+            from training.terms_eval import ding_glosses
+
+            glosses = ding_glosses(Path(a.cache))
+            if languages(run_direction(a))[0] == "de":
+                glosses = [(de, en) for en, de in glosses]
         corpus = load_training_corpus(Path(a.data), a.dict_keep, a.seed, a.short_keep, parse_counts(a.repeat),
                                       parse_counts(getattr(a, "subsample", "")),  # runs older than --subsample lack it
-                                      direction=run_direction(a))
+                                      direction=run_direction(a), term_share=share, glosses=glosses)
         t0 = time.time()
         self.train_data = encode_corpus(self.sp, corpus.source, corpus.target, c.eos_id, a.max_len)
         self.data_description = dict(corpus.description, pairs_after_length_filter=len(self.train_data),
@@ -733,7 +752,8 @@ class Trainer:
                                                   "clip_norm", "seed")},
         }
         src_lang, tgt_lang = languages(run_direction(a))
-        metadata = {"source_lang": src_lang, "target_lang": tgt_lang, "training": summary}
+        metadata = {"source_lang": src_lang, "target_lang": tgt_lang, "training": summary,
+                    **term_annotation_metadata(a)}
         out = Path(a.final_dir) if a.final_dir else self.run_dir / "final"
         save_checkpoint(out, self.model, self.sp_path, self.sp_path, metadata, dtype=dtype)
         self.write_log({"final": True, "step": s.step, "elapsed": round(s.elapsed, 1), **final_dev})
@@ -929,6 +949,12 @@ def train_command(args) -> Path:
     return run_dir
 
 
+def term_annotation_metadata(args) -> dict:
+    """What tells the Translator that a model reads inline term annotations (model/terms.py)."""
+    share = getattr(args, "term_annotations", 0.0)
+    return {"term_annotations": share} if share > 0 else {}
+
+
 def average_command(args) -> Path:
     """Average the last K checkpoints of a run into a checkpoint directory."""
     run_dir = Path(args.run)
@@ -941,7 +967,7 @@ def average_command(args) -> Path:
     record = run_record(run_dir, ckpts[-1])
     src_lang, tgt_lang = languages(run_direction(argparse.Namespace(**record["args"])))
     metadata = {"source_lang": src_lang, "target_lang": tgt_lang, "averaged_checkpoints": [c.name for c in ckpts],
-                "run": record}
+                "run": record, **term_annotation_metadata(argparse.Namespace(**record["args"]))}
     save_checkpoint(Path(args.out), model, run_dir / "spm.model", run_dir / "spm.model", metadata, dtype=args.dtype)
     log(f"averaged {len(ckpts)} checkpoints into {args.out}")
     return Path(args.out)
@@ -983,6 +1009,10 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
                    "sentinels of protected spans) and shape; Adam and the schedule start afresh")
     g.add_argument("--grow-encoder", type=int, help="with --init-from: this many encoder layers, a multiple of "
                    "the checkpoint's; each trained layer is followed by copies that start as the identity")
+    g.add_argument("--term-annotations", type=float, default=0.0, metavar="SHARE",
+                   help="examine this share of the pairs for inline target-term annotations from the Ding "
+                   "dictionary (training/annotate.py; needs --cache); the model then reads glossaries that way")
+    g.add_argument("--cache", default="data/cache", help="`nmt corpus`'s cache (the Ding dictionary)")
     g.add_argument("--max-len", type=int, default=128, help="drop pairs with a side this long (tokens)")
     g.add_argument("--max-tokens", type=int, default=2500, help="padded tokens (longest side) per batch")
     g.add_argument("--accum", type=int, default=2, help="batches per optimizer step")

@@ -132,7 +132,8 @@ async def translate_hop(request: Request, service: Service, texts: list[str], ht
     terms = {m.id: await service.terminology(None, glossary_id, None, key, m)
              for m in {m.id: m for m, _ in resolved}.values()}
     documents = [markup.split_document(t, html, spans=m.protects_spans, foreign=m.tokenizer.cannot_spell,
-                                       max_depth=depth, terms=terms[m.id]) for t, (m, _) in zip(texts, resolved)]
+                                       max_depth=depth, terms=terms[m.id], annotate=m.reads_annotations)
+                 for t, (m, _) in zip(texts, resolved)]
     translated: list[str] = [""] * len(texts)
     by_model: dict[str, list[int]] = {}
     for i, (m, _) in enumerate(resolved):

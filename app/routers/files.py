@@ -121,9 +121,10 @@ async def _translate_texts(request: Request, service, model, texts: list[str], h
     jobs of at most NMT_MAX_SEGMENTS sentences, put back together."""
     s = service.settings
     parts = [markup.split_document(t, is_html, spans=model.protects_spans, foreign=model.tokenizer.cannot_spell,
-                                   max_depth=s.max_html_depth, terms=terms)
+                                   max_depth=s.max_html_depth, terms=terms, annotate=model.reads_annotations)
              for t, is_html in zip(texts, html)]
     sentences = [sentence for part in parts for sentence in part.sentences]
+    positions = [(part, j) for part in parts for j in range(len(part.sentences))]
     prepared = [service.encode_sentence(model, sentence, f"a sentence of {filename}", terms) for sentence in sentences]
     # a model without sentinels puts the placeholders it was not shown back by the attention
     key = BatchKey(model.id, beam_size=s.default_beam_size, n_best=1, attention=any(m for m, _ in prepared))
@@ -135,6 +136,8 @@ async def _translate_texts(request: Request, service, model, texts: list[str], h
                            "(NMT_FILE_TIMEOUT_S)")
         chunk = prepared[start:start + s.max_segments]
         outcome = await service.translate(request, key, [ids for _, ids in chunk], timeout_s=remaining)
+        await service.retry_missed_terms(request, key, model, positions[start:start + s.max_segments],
+                                         outcome.results, f"a sentence of {filename}", timeout_s=remaining)
         translations += [(put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m else r).hypotheses[0].text
                          for r, (m, _) in zip(outcome.results, chunk)]
     found = iter(translations)

@@ -107,7 +107,7 @@ async def translate_texts(request: Request, service: Service, body: LTTranslateR
     terms = {model.id: await service.terminology(body.glossary, body.glossary_id, body.do_not_translate, key, model)
              for model in {m.id: m for m, _ in resolved}.values()}
     documents = [markup.split_document(text, html, spans=model.protects_spans, foreign=model.tokenizer.cannot_spell,
-                                       max_depth=depth, terms=terms[model.id])
+                                       max_depth=depth, terms=terms[model.id], annotate=model.reads_annotations)
                  for text, (model, _) in zip(texts, resolved)]
     sentences = sum(len(document.sentences) for document in documents)
     if sentences > service.settings.max_segments:
@@ -133,8 +133,8 @@ async def translate_texts(request: Request, service: Service, body: LTTranslateR
     reports = None
     if any(terms.values()):  # every masked term is in the output (protect.repair); the others could not be masked
         reports = [TermsReport(**report(terms[model.id], {t.entry for t in terms[model.id].find(text)},
-                                        set(document.terms.values()) | document.placed_terms))
-                   for text, document, (model, _) in zip(texts, documents, resolved)]
+                                        document.terms_used(translation)))
+                   for text, document, translation, (model, _) in zip(texts, documents, translated, resolved)]
     if isinstance(body.q, str):
         return LTTranslateResponse(translatedText=translated[0], alternatives=alternatives and alternatives[0],
                                    detectedLanguage=detected and detected[0], terms=reports and reports[0])
@@ -148,6 +148,7 @@ async def translate_sentences(request: Request, service: Service, model: ServedM
     """The n_best hypotheses (texts, masked like the sentences) of each sentence of each document,
     all sentences in one job; `names` are how errors name the documents."""
     sentences = [(i, sentence) for i, document in enumerate(documents) for sentence in document.sentences]
+    positions = [(i, j) for i, document in enumerate(documents) for j in range(len(document.sentences))]
     if not sentences:
         return [[] for _ in documents]
     prepared = [service.encode_sentence(model, sentence, f"a sentence of {names[i]}", terms)
@@ -158,6 +159,8 @@ async def translate_sentences(request: Request, service: Service, model: ServedM
     key = BatchKey(model.id, beam_size=max(service.settings.default_beam_size, n_best), n_best=n_best,
                    attention=any(taken_out for taken_out, _ in prepared))
     decoded = (await service.translate(request, key, [ids for _, ids in prepared])).results
+    await service.retry_missed_terms(request, key, model, [(documents[i], j) for i, j in positions], decoded,
+                                     "a sentence")
     results = iter(put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m else r
                    for r, (m, _) in zip(decoded, prepared))
     return [[[h.text for h in next(results).hypotheses] for _ in document.sentences] for document in documents]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 from fastapi import APIRouter, Header, Request
 
+from app import markup
 from app.alignments import Alignment, compose, rounded
 from app.errors import ApiError
 from app.protocol import (
@@ -23,7 +25,7 @@ from app.routers import ServiceDep, errors
 from app.scheduler import BatchKey
 from app.service import Service
 from model.results import Translation, TranslationResult, put_back, restore
-from model.terms import report
+from model.terms import report, term_used
 
 router = APIRouter(tags=["translate"])
 
@@ -121,12 +123,21 @@ async def translate_one_hop(body: TranslateRequest, request: Request, service: S
     key = BatchKey(model.id, body.beam_size, body.n_best, body.length_penalty, body.max_length,
                    attention=body.alignments or body.include_attention or taken_out)
     outcome = await service.translate(request, key, sources)
-    results = [put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m.taken_out else restore(r, m.spans)
-               for r, m in zip(outcome.results, masked)]
+    decoded = outcome.results
+    if any(m.annotations for m in masked):
+        # a model that reads annotations: a text whose translation lacks an annotated term goes
+        # again with its terms as sentinels (each document here is one sentence)
+        documents = [markup.Document(["", ""], [m.text], m.spans, False, m.terms, annotations=m.annotations)
+                     for m in masked]
+        await service.retry_missed_terms(request, key, model, [(d, 0) for d in documents], decoded, "text")
+        masked = [replace(m, text=d.sentences[0], spans=d.spans, terms=d.terms) for m, d in zip(masked, documents)]
+    results = [put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m.taken_out else restore(r, m.spans, m.text)
+               for r, m in zip(decoded, masked)]
     translations = [await translation_out(service, model.id, r, body) for r in results]
     if terms:  # every masked term is in the output (protect.repair); the others could not be masked
         for out, text, m in zip(translations, texts, masked):
-            out.terms = TermsReport(**report(terms, {t.entry for t in terms.find(text)}, set(m.terms.values())))
+            used = set(m.terms.values()) | {a.entry for a in m.annotations if term_used(out.text, a.target)}
+            out.terms = TermsReport(**report(terms, {t.entry for t in terms.find(text)}, used))
     timing = Timing(queue_ms=round(outcome.queue_s * 1000, 2), compute_ms=round(outcome.compute_s * 1000, 2),
                     total_ms=round((time.perf_counter() - start) * 1000, 2))
     return TranslateResponse(model=model.id, translations=translations, timing=timing)

@@ -41,6 +41,7 @@ TERM_OPEN, TERM_CLOSE = "\ue020", "\ue021"
 TERM_TAGS = (TERM_OPEN, TERM_CLOSE)
 # Endings a word may take where a dictionary form becomes inflected (German and English); see term_used
 _ENDINGS = ("en", "em", "er", "es", "e", "n", "s")
+MAX_INFLECTION = 3  # letters an inflected word may have after the term word's stem ("-ern", "-en")
 
 
 class TermError(ValueError):
@@ -119,9 +120,10 @@ def strip_tags(text: str) -> str:
 
 
 def term_used(translation: str, term: str) -> bool:
-    """Whether the translation holds the term, as written or inflected: each word of the term
-    starts a word of the translation, in order, case-insensitively, once the word has lost at
-    most one common ending ("Datei" in "Dateien", "neue" in "neuen", "Ordner" in "Ordners")."""
+    """Whether the translation holds the term, as written or inflected: each word of the term,
+    without a common ending, starts a word of the translation followed by at most
+    MAX_INFLECTION more letters, in order, case-insensitively ("Datei" in "Dateien", "neue" in
+    "neuen", "Ordner" in "Ordners"; not "Akte" in "aktiviert")."""
     def stem(word: str) -> str:
         for ending in _ENDINGS:
             if word.endswith(ending) and len(word) - len(ending) >= 3:
@@ -132,7 +134,8 @@ def term_used(translation: str, term: str) -> bool:
     wanted = [stem(w.casefold()) for w in re.findall(r"\w+", term)]
     if not wanted:
         return term in translation
-    return any(all(found[start + j].startswith(w) for j, w in enumerate(wanted))
+    return any(all(found[start + j].startswith(w) and len(found[start + j]) - len(w) <= MAX_INFLECTION
+                   for j, w in enumerate(wanted))
                for start in range(len(found) - len(wanted) + 1))
 
 

@@ -13,7 +13,7 @@ from model import protect
 from model.terms import TERM_CLOSE, TERM_OPEN, TermError, Terminology, annotate, term_used
 from model.translator import Translator
 from tests.conftest import make_tiny_checkpoint
-from training.annotate import annotate_corpus, annotate_pair, gloss_index
+from training.annotate import annotate_corpus, annotate_pair, fitting_terms, gloss_index
 
 
 def test_terms_are_whole_words_longest_first_outside_other_spans():
@@ -73,6 +73,7 @@ def test_a_term_is_used_as_written_or_inflected():
     assert term_used("im Ordner des Benutzers", "Benutzer")
     assert not term_used("Speichern Sie das Dokument.", "Datei")
     assert not term_used("Ordner neue", "neue Ordner")  # the words in order
+    assert not term_used("Die Verschlüsselung wird aktiviert.", "Akten")  # a stem is not any prefix
     with pytest.raises(TermError, match="reserved"):
         Terminology({"file": f"Akte{TERM_OPEN}"})
 
@@ -95,17 +96,36 @@ def test_glossary_terms_go_inline_for_a_model_that_reads_annotations():
 
 def test_training_annotations_use_glosses_the_reference_follows():
     index = gloss_index([("file", "Datei"), ("file", "Akte"), ("file manager", "Dateiverwaltung"), ("save", "sichern")])
-    rng = random.Random(0)
     source = "Save the file in the file manager."
     target = "Speichern Sie die Dateien in der Dateiverwaltung."
-    for _ in range(20):  # 1 or 2 of the fitting glosses; "sichern" is not in the reference
-        out = annotate_pair(source, target, index, rng)
-        assert out in {f"Save the {annotate('file', 'Datei')} in the file manager.",
-                       f"Save the file in the {annotate('file manager', 'Dateiverwaltung')}.",
-                       f"Save the {annotate('file', 'Datei')} in the {annotate('file manager', 'Dateiverwaltung')}."}
-    assert annotate_pair("Open file", "Datei öffnen", index, rng) is None  # too short to annotate
-    sources, count = annotate_corpus([source] * 10, [target] * 10, [("file", "Datei")], share=0.5, seed=1)
-    assert 0 < count < 10 and sum(s != source for s in sources) == count
+    fits = fitting_terms(source, target, index)  # "sichern" and "Akte" are not in the reference
+    assert [(source[a:b], term) for a, b, _, term in fits] == [("file", "Datei"), ("file manager", "Dateiverwaltung")]
+    rng = random.Random(0)
+    seen = {annotate_pair(source, fits, rng) for _ in range(30)}  # 1 or 2 of them
+    assert seen == {f"Save the {annotate('file', 'Datei')} in the file manager.",
+                    f"Save the file in the {annotate('file manager', 'Dateiverwaltung')}.",
+                    f"Save the {annotate('file', 'Datei')} in the {annotate('file manager', 'Dateiverwaltung')}."}
+    assert fitting_terms("Open file", "Datei öffnen", index) == []  # too short to annotate
+
+
+def test_training_annotations_favour_terms_other_than_the_usual_one():
+    """A folder the reference calls "Verzeichnis" (most say "Ordner") is always annotated; a usual
+    one gets another gloss in the annotation and the reference at times, its own at others, so
+    that an annotation is followed and does not mean "change this word"."""
+    usual = ("Open the folder now.", "Öffnen Sie jetzt den Ordner.")
+    unusual = ("Open the folder again.", "Öffnen Sie das Verzeichnis erneut.")
+    pairs = [usual] * 30 + [unusual] * 10
+    glosses = [("folder", "Ordner"), ("folder", "Verzeichnis")]
+    sources, targets, counts = annotate_corpus([s for s, _ in pairs], [t for _, t in pairs], glosses, share=1.0,
+                                               seed=1)
+    assert sources[30:] == [f"Open the {annotate('folder', 'Verzeichnis')} again."] * 10 and targets[30:] == [unusual[1]] * 10
+    assert counts["pairs_with_unusual_terms"] == 10
+    swapped = (f"Open the {annotate('folder', 'Verzeichnis')} now.", "Öffnen Sie jetzt den Verzeichnis.")
+    kept = (f"Open the {annotate('folder', 'Ordner')} now.", usual[1])
+    first = list(zip(sources[:30], targets[:30]))
+    assert set(first) == {usual, swapped, kept}
+    assert first.count(swapped) == counts["pairs_with_swapped_terms"] > 0
+    assert first.count(kept) == counts["pairs_with_usual_terms"] > 0
 
 
 def test_an_annotating_model_falls_back_to_sentinels_when_it_misses_a_term(tmp_path):

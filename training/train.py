@@ -52,7 +52,7 @@ from model.terms import TERM_TAGS
 from model.tokenizer import Tokenizer
 from model.transformer import Transformer
 from model.translator import Translator
-from training.annotate import annotate_corpus
+from training.annotate import annotate_corpus, noun_glosses
 from training.corpus import read_lines
 
 SPECIAL_IDS = dict(pad_id=0, unk_id=1, bos_id=2, eos_id=3)
@@ -136,17 +136,17 @@ def load_training_corpus(data_dir: Path, dict_keep: int, seed: int, short_keep: 
     src, tgt = (en, de) if languages(direction)[0] == "en" else (de, en)  # the same rows either way
     masked = [protect.mask_pair(src[i], tgt[i], rng) for i in rows]
     kept = [m for m in masked if m is not None]
-    annotated = 0
+    annotated: dict[str, int] = {}
     if term_share > 0:
-        sources_annotated, annotated = annotate_corpus([m[0] for m in kept], [m[1] for m in kept], glosses or [],
-                                                       term_share, seed)
-        kept = [(a, m[1]) for a, m in zip(sources_annotated, kept)]
+        annotated_sources, annotated_targets, annotated = annotate_corpus(
+            [m[0] for m in kept], [m[1] for m in kept], glosses or [], term_share, seed)
+        kept = list(zip(annotated_sources, annotated_targets))
     description = {"pairs": len(kept), "pairs_by_source": dict(sorted(counts.items())),
                    "ding_dict_available": int(len(dict_rows)), "ding_dict_kept": int(counts.get("ding_dict", 0)),
                    "short_available": int(len(short_rows)), "short_keep": short_keep, "subsample": subsample or {},
                    "repeat": repeat,
                    "pairs_with_spans": sum(any(c in protect.SENTINELS for c in m[0]) for m in kept),
-                   "dropped_span_mismatch": len(masked) - len(kept), "term_annotated_pairs": annotated}
+                   "dropped_span_mismatch": len(masked) - len(kept), "term_annotated_pairs": sum(annotated.values()), **annotated}
     return Corpus([m[0] for m in kept], [m[1] for m in kept], description)
 
 
@@ -536,7 +536,7 @@ class Trainer:
         if share > 0:
             from training.terms_eval import ding_glosses
 
-            glosses = ding_glosses(Path(a.cache))
+            glosses = noun_glosses(ding_glosses(Path(a.cache)))
             if languages(run_direction(a))[0] == "de":
                 glosses = [(de, en) for en, de in glosses]
         corpus = load_training_corpus(Path(a.data), a.dict_keep, a.seed, a.short_keep, parse_counts(a.repeat),

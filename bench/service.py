@@ -268,6 +268,15 @@ def main() -> None:
     for r in rows:
         print(f"| {r['what']} | {fmt(r['sentences_per_s'])} | {fmt(r['tokens_per_s'], 0)} | {fmt(r['p50_ms'], 0)} "
               f"| {fmt(r['p95_ms'], 0)} | {fmt(r['p99_ms'], 0)} |")
+    if tokenizer and lat:
+        # where the tail is: latency by the request's source length
+        print("\n| source tokens | requests | p50 ms | p99 ms |\n|---|---:|---:|---:|")
+        lengths = [len(tokenizer.encode(sentences[i])) for i in run["sent"]]
+        for low, high in ((1, 8), (9, 16), (17, 32), (33, 64), (65, 10**6)):
+            chosen = sorted(1000 * x for x, n in zip(run["latencies"], lengths) if low <= n <= high)
+            if chosen:
+                label = f"{low}-{high}" if high < 10**6 else f"{low}+"
+                print(f"| {label} | {len(chosen)} | {percentile(chosen, 50):.0f} | {percentile(chosen, 99):.0f} |")
     if len(rows) > 1:
         best = max(r["sentences_per_s"] for r in rows[1:])
         print(f"\nservice / fastest offline throughput: {rows[0]['sentences_per_s'] / best:.2f}x (target >= 0.8x)")

@@ -141,7 +141,7 @@ class Translator:
     def translate(self, sources: list[str] | list[list[int]], beam_size: int = 4, n_best: int = 1,
                   length_penalty: float = 1.0, max_decoding_length: int | None = None,
                   return_attention: bool = False, batch_tokens: int = 4096, min_length: int = 0,
-                  parallel: int = 1, terms: Terminology | None = None,
+                  parallel: int = 1, terms: Terminology | list[Terminology | None] | None = None,
                   term_method: str = "auto") -> list[TranslationResult]:
         """Translate strings (or EOS-terminated source id lists). max_decoding_length: the most new
         target tokens (EOS included), in place of the default a * source length + b; EOS is not
@@ -153,8 +153,9 @@ class Translator:
         its ops; the largest batches are halved until there are enough): with
         torch.set_num_threads(1), one core per batch, which on a small model gains more than
         intra-op threads, whose work per op is too small to split. `terms`: glossary entries the
-        translations must use and terms they keep as written (model/terms.py); each result's
-        `terms` says which were applied. term_method, for glossary entries: "spans" (sentinels,
+        translations must use and terms they keep as written (model/terms.py), or a list of
+        them, one per source (sources with different glossaries still share batches); each
+        result's `terms` says which were applied. term_method, for glossary entries: "spans" (sentinels,
         the target term written as given), "annotate" (inline, for a model trained to read
         annotations: it writes and inflects the term itself), "auto" (annotate when the model
         reads annotations, and translate with "spans" again the texts where a term is missing).
@@ -165,13 +166,17 @@ class Translator:
             raise ValueError(f"n_best must be between 1 and beam_size={beam_size}, got {n_best}")
         if term_method not in ("auto", "annotate", "spans"):
             raise ValueError(f"term_method must be auto, annotate or spans, got {term_method!r}")
-        annotate = bool(terms and terms.glossary) and self.reads_annotations and term_method != "spans"
-        masked = [self.mask(s, terms, annotate) if isinstance(s, str) else None for s in sources]
+        each_terms = terms if isinstance(terms, list) else [terms] * len(sources)
+        if len(each_terms) != len(sources):
+            raise ValueError(f"{len(each_terms)} terminologies for {len(sources)} sources")
+        annotate = [bool(t and t.glossary) and self.reads_annotations and term_method != "spans" for t in each_terms]
+        masked = [self.mask(s, t, a) if isinstance(s, str) else None for s, t, a in zip(sources, each_terms, annotate)]
         # a model without sentinel pieces reads text without its spans; they go back by the attention
         stripped: list[protect.Stripped | None] = [None] * len(sources)
         if not self.tokenizer.has_sentinels:
             for i, m in enumerate(masked):
-                found = protect.take_out(m.text, terms=terms) if m else None  # not foreign words: spelt as they are
+                # not foreign words: spelt as they are
+                found = protect.take_out(m.text, terms=each_terms[i]) if m else None
                 if found and found.spans:
                     stripped[i], masked[i] = found, protect.Masked(found.text)
         ids = [self.tokenizer.encode_source(m.text) if m else list(s) for m, s in zip(masked, sources)]
@@ -221,19 +226,21 @@ class Translator:
             for i, h in zip(batch, hyps):
                 results[i] = self.to_result(ids[i], h, return_attention, masked[i], shouting[i], marks[i],
                                             stripped[i])
-                if terms and masked[i] is not None:  # the repair (or the placement) puts every sentinel term in
-                    found = {m.entry for m in terms.find(clean_text(sources[i]))}
+                own = each_terms[i]
+                if own and masked[i] is not None:  # the repair (or the placement) puts every sentinel term in
+                    found = {m.entry for m in own.find(clean_text(sources[i]))}
                     used = set((stripped[i].terms if stripped[i] else masked[i].terms).values())
                     text = results[i].hypotheses[0].text
                     used |= {a.entry for a in masked[i].annotations if term_used(text, a.target)}
-                    results[i].terms = report(terms, found, used)
-        if annotate and term_method == "auto":
+                    results[i].terms = report(own, found, used)
+        if any(annotate) and term_method == "auto":
             # an annotated term the model did not write: that text again, its terms as sentinels
-            again = [i for i, m in enumerate(masked) if m and {a.entry for a in m.annotations} - set(results[i].terms["applied"])]
+            again = [i for i, m in enumerate(masked)
+                     if m and {a.entry for a in m.annotations} - set(results[i].terms["applied"])]
             if again:
                 redone = self.translate([sources[i] for i in again], beam_size, n_best, length_penalty,
                                         max_decoding_length, return_attention, batch_tokens, min_length, parallel,
-                                        terms, term_method="spans")
+                                        [each_terms[i] for i in again], term_method="spans")
                 for i, result in zip(again, redone):
                     results[i] = result
         return results  # type: ignore[return-value]

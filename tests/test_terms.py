@@ -55,6 +55,13 @@ def test_a_random_model_still_writes_every_term(tiny_sentinel_checkpoint):
     assert results[1].terms == {"applied": [], "not_applied": [], "not_found": ["file", "Nextcloud"]}
     plain = translator.translate(["Open the file in Nextcloud."])[0]
     assert plain.terms is None
+    # one terminology per source, in one call
+    each = translator.translate(["Open the file.", "Open the file.", "Open the file."],
+                                terms=[Terminology({"file": "Akte"}), None, Terminology({"file": "Datei"})])
+    assert "Akte" in each[0].hypotheses[0].text and "Datei" in each[2].hypotheses[0].text
+    assert each[0].terms["applied"] == ["file"] and each[1].terms is None
+    with pytest.raises(ValueError, match="2 terminologies for 3 sources"):
+        translator.translate(["a", "b", "c"], terms=[None, None])
 
 
 def test_a_model_without_sentinels_places_terms_by_attention(tiny_checkpoint):

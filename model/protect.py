@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from model.terms import Match, Terminology, annotate
+from model.terms import Match, Terminology, annotate, term_used
 
 SENTINEL_BASE = 0xE000  # Unicode private use area: never in ordinary text
 MAX_SPANS = 32  # sentinels in the vocabulary; spans past the 32nd of a text stay plain text
@@ -166,8 +166,9 @@ class Masked:
     annotations: list[Annotation] = field(default_factory=list)  # glossary terms written inline (annotate_glossary)
 
     def terms_used(self, translation: str) -> set[str]:
-        """The entries whose sentinel a (masked) translation holds."""
-        return {entry for k, entry in self.terms.items() if sentinel(k) in translation}
+        """The entries a translation holds: every sentinel's (the repair puts each one in) and the
+        annotated ones whose target term it writes (terms.term_used)."""
+        return set(self.terms.values()) | {a.entry for a in self.annotations if term_used(translation, a.target)}
 
 
 def mask(text: str, order: list[int] | None = None, first: int = 0,

@@ -116,7 +116,7 @@ def annotate(source_term: str, target_term: str) -> str:
 
 
 def strip_tags(text: str) -> str:
-    return text.replace(TERM_OPEN, "").replace(TERM_CLOSE, "") if TERM_OPEN in text or TERM_CLOSE in text else text
+    return text.replace(TERM_OPEN, "").replace(TERM_CLOSE, "")
 
 
 def term_used(translation: str, term: str) -> bool:

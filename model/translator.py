@@ -23,7 +23,7 @@ from model.cpu.fused import FusedInt8Decoder, can_fuse, fuse
 from model.cpu.weights import Int8Linear, can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
 from model.results import Translation, TranslationResult, restore
 from model.search import IncrementalDecoder, SelectFn, beam_search, select
-from model.terms import Terminology, report, strip_tags, term_used
+from model.terms import Terminology, report, strip_tags
 from model.tokenizer import Tokenizer
 from model.transformer import Transformer, attention, inference_attention_backends
 
@@ -229,9 +229,8 @@ class Translator:
                 own = each_terms[i]
                 if own and masked[i] is not None:  # the repair (or the placement) puts every sentinel term in
                     found = {m.entry for m in own.find(clean_text(sources[i]))}
-                    used = set((stripped[i].terms if stripped[i] else masked[i].terms).values())
-                    text = results[i].hypotheses[0].text
-                    used |= {a.entry for a in masked[i].annotations if term_used(text, a.target)}
+                    used = (set(stripped[i].terms.values()) if stripped[i]
+                            else masked[i].terms_used(results[i].hypotheses[0].text))
                     results[i].terms = report(own, found, used)
         if any(annotate) and term_method == "auto":
             # an annotated term the model did not write: that text again, its terms as sentinels

@@ -54,6 +54,7 @@ from model.transformer import Transformer
 from model.translator import Translator
 from training.annotate import annotate_corpus, noun_glosses
 from training.corpus import read_lines
+from training.terms_eval import ding_glosses
 
 SPECIAL_IDS = dict(pad_id=0, unk_id=1, bos_id=2, eos_id=3)
 # Arguments a resumed run may change when given; everything else comes from the run's args.json.
@@ -534,8 +535,6 @@ class Trainer:
         share = getattr(a, "term_annotations", 0.0)  # runs older than --term-annotations lack it
         glosses = None
         if share > 0:
-            from training.terms_eval import ding_glosses
-
             glosses = noun_glosses(ding_glosses(Path(a.cache)))
             if languages(run_direction(a))[0] == "de":
                 glosses = [(de, en) for en, de in glosses]

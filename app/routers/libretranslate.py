@@ -147,13 +147,12 @@ async def translate_sentences(request: Request, service: Service, model: ServedM
                               terms: Terminology | None = None) -> list[list[list[str]]]:
     """The n_best hypotheses (texts, masked like the sentences) of each sentence of each document,
     all sentences in one job; `names` are how errors name the documents."""
-    sentences = [(i, sentence) for i, document in enumerate(documents) for sentence in document.sentences]
     positions = [(i, j) for i, document in enumerate(documents) for j in range(len(document.sentences))]
-    if not sentences:
+    if not positions:
         return [[] for _ in documents]
-    prepared = [service.encode_sentence(model, sentence, f"a sentence of {names[i]}", terms)
-                for i, sentence in sentences]
-    for (i, _), (taken_out, _) in zip(sentences, prepared):  # a model without sentinels places its terms
+    prepared = [service.encode_sentence(model, documents[i].sentences[j], f"a sentence of {names[i]}", terms)
+                for i, j in positions]
+    for (i, _), (taken_out, _) in zip(positions, prepared):  # a model without sentinels places its terms
         documents[i].placed_terms.update(taken_out.terms.values() if taken_out else ())
     # a model without sentinels puts the placeholders it was not shown back by the attention
     key = BatchKey(model.id, beam_size=max(service.settings.default_beam_size, n_best), n_best=n_best,

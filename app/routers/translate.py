@@ -25,7 +25,7 @@ from app.routers import ServiceDep, errors
 from app.scheduler import BatchKey
 from app.service import Service
 from model.results import Translation, TranslationResult, put_back, restore
-from model.terms import report, term_used
+from model.terms import report
 
 router = APIRouter(tags=["translate"])
 
@@ -130,14 +130,14 @@ async def translate_one_hop(body: TranslateRequest, request: Request, service: S
         documents = [markup.Document(["", ""], [m.text], m.spans, False, m.terms, annotations=m.annotations)
                      for m in masked]
         await service.retry_missed_terms(request, key, model, [(d, 0) for d in documents], decoded, "text")
-        masked = [replace(m, text=d.sentences[0], spans=d.spans, terms=d.terms) for m, d in zip(masked, documents)]
+        # (the documents hold the masks' own spans and terms, which the retry extended)
+        masked = [replace(m, text=d.sentences[0]) for m, d in zip(masked, documents)]
     results = [put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m.taken_out else restore(r, m.spans, m.text)
                for r, m in zip(decoded, masked)]
     translations = [await translation_out(service, model.id, r, body) for r in results]
     if terms:  # every masked term is in the output (protect.repair); the others could not be masked
         for out, text, m in zip(translations, texts, masked):
-            used = set(m.terms.values()) | {a.entry for a in m.annotations if term_used(out.text, a.target)}
-            out.terms = TermsReport(**report(terms, {t.entry for t in terms.find(text)}, used))
+            out.terms = TermsReport(**report(terms, {t.entry for t in terms.find(text)}, m.terms_used(out.text)))
     timing = Timing(queue_ms=round(outcome.queue_s * 1000, 2), compute_ms=round(outcome.compute_s * 1000, 2),
                     total_ms=round((time.perf_counter() - start) * 1000, 2))
     return TranslateResponse(model=model.id, translations=translations, timing=timing)

@@ -17,8 +17,9 @@
 #   TORCH_INDEX_URL  index torch is installed from. Default: PyPI (the CUDA build) for cuda,
 #                    https://download.pytorch.org/whl/cpu for cpu. For another CUDA version use
 #                    e.g. https://download.pytorch.org/whl/cu126 (with TORCH_VARIANT=cuda).
-#   REQUIRE_MODEL    1 (default): the build fails unless checkpoints/en-de is a loadable
-#                    checkpoint. 0: build without it and mount models at run time (NMT_MODEL_DIRS).
+#   REQUIRE_MODEL    1 (default): the build fails unless checkpoints/en-de and checkpoints/de-en
+#                    are loadable checkpoints. 0: build without them and mount models at run time
+#                    (NMT_MODEL_DIRS).
 #   PIP_INDEX_URL    where the other dependencies come from (default https://pypi.org/simple).
 
 ARG PYTHON_IMAGE=python:3.11-slim
@@ -86,19 +87,21 @@ RUN pip install --no-deps /src \
 # mode 0600) here rather than in the runtime stage, where a chmod would store the weights twice
 FROM build AS model
 ARG REQUIRE_MODEL=1
-# .dockerignore lets in only the files of a checkpoint directory under checkpoints/en-de
+# .dockerignore lets in only the files of the checkpoint directories checkpoints/en-de and de-en
 COPY checkpoints/ /opt/nmt/checkpoints/
 RUN set -eu; \
     chmod -R u=rwX,go=rX /opt/nmt; \
-    if [ -e /opt/nmt/checkpoints/en-de/config.json ] || [ "$REQUIRE_MODEL" = 1 ]; then \
-      python -c "import sys; from model.checkpoint import load_checkpoint; \
+    for pair in en-de de-en; do \
+      if [ -e /opt/nmt/checkpoints/$pair/config.json ] || [ "$REQUIRE_MODEL" = 1 ]; then \
+        python -c "import sys; from model.checkpoint import load_checkpoint; \
 m, _, meta = load_checkpoint(sys.argv[1]); \
 print('model', sys.argv[1], meta.get('source_lang'), '->', meta.get('target_lang'), sum(p.numel() for p in m.parameters()), 'parameters')" \
-        /opt/nmt/checkpoints/en-de \
-      || { echo "checkpoints/en-de is missing or not a loadable checkpoint (git lfs pull?). Build with --build-arg REQUIRE_MODEL=0 to leave the model out and mount one at run time." >&2; exit 1; }; \
-    else \
-      echo "WARNING: no model in the image (REQUIRE_MODEL=0): mount one and set NMT_MODEL_DIRS"; \
-    fi
+          /opt/nmt/checkpoints/$pair \
+        || { echo "checkpoints/$pair is missing or not a loadable checkpoint (git lfs pull?). Build with --build-arg REQUIRE_MODEL=0 to leave the models out and mount them at run time." >&2; exit 1; }; \
+      else \
+        echo "WARNING: no checkpoints/$pair in the image (REQUIRE_MODEL=0): mount models and set NMT_MODEL_DIRS"; \
+      fi; \
+    done
 
 # ---------------------------------------------------------------------------------------------
 # runtime: the venv, the model, an unprivileged user
@@ -135,7 +138,7 @@ COPY --from=model /opt/nmt /opt/nmt
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
-    NMT_MODEL_DIRS=/opt/nmt/checkpoints/en-de \
+    NMT_MODEL_DIRS=/opt/nmt/checkpoints/en-de,/opt/nmt/checkpoints/de-en \
     NMT_HOST=0.0.0.0 \
     NMT_PORT=8000 \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility

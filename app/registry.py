@@ -79,7 +79,7 @@ class ServedModel:
     def mask(self, text: str, terms: Terminology | None = None) -> protect.Masked:
         """The text as the model reads it: its protected spans (and `terms`' glossary and
         do-not-translate terms) as sentinels, when it has them (glossary terms inline when it
-        reads annotations, to be checked by Service.retry_missed_terms); without sentinels, its
+        reads annotations, to be checked by Service.translate_sentences); without sentinels, its
         placeholders, tags and URLs taken out, to go back where the attention points
         (model/results.put_back). The service cleaned it already (Service.accept_texts); the
         worker's Translator does the same."""

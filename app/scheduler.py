@@ -3,8 +3,9 @@
 A request becomes a Job of items (one per text). Items wait in one FIFO per BatchKey (the model
 and every decoding option, because only items decoded the same way can share a beam search).
 When a worker slot is free, the key whose oldest item is oldest goes first, provided it holds a
-full token budget or that item has waited max_wait; its oldest item leaves with the items
-closest to it in length, up to the budget. So one job's items may run in several batches, even on several workers at once, and
+full token budget or that item has waited long enough: on an idle server not at all, while a
+batch runs max_wait; its oldest item leaves with the items closest to it in length, up to the
+budget. So one job's items may run in several batches, even on several workers at once, and
 each result is put back at its item's index: a job resolves with its own results, in order.
 A batch that fails is retried request by request, so one bad input fails only its own request.
 
@@ -166,17 +167,25 @@ class Scheduler:
             timeout = None
             if self.queues and self.in_flight < self.slots:
                 oldest = min(q[0].job.arrived for q in self.queues.values())
-                timeout = max(0.0, oldest + self.max_wait_s - now)
+                timeout = max(0.0, oldest + self._wait_s() - now)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
 
+    def _wait_s(self) -> float:
+        """How long an item waits for company: on an idle server not at all, while a batch runs up
+        to max_wait. Under load the clients a batch answered send their next requests within a few
+        milliseconds of each other; gathering them fills the next batch, where starting on the first
+        few would leave the rest to wait for a whole batch more."""
+        return self.max_wait_s if self.in_flight else 0.0
+
     def _ready_key(self, now: float) -> BatchKey | None:
-        """Among keys with a full budget or an item past max_wait, the one with the oldest item."""
-        best, best_arrived = None, None
+        """Among keys with a full budget or an item that has waited long enough (_wait_s), the one
+        with the oldest item."""
+        best, best_arrived, wait_s = None, None, self._wait_s()
         for key, queue in self.queues.items():
             arrived = queue[0].job.arrived
             if (self._closing or self.queued_cost[key] >= self.batch_tokens
-                    or now - arrived >= self.max_wait_s) and (best is None or arrived < best_arrived):
+                    or now - arrived >= wait_s) and (best is None or arrived < best_arrived):
                 best, best_arrived = key, arrived
         return best
 

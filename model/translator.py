@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -21,9 +22,9 @@ from model.clean import clean_text, lone_surrogate
 from model.config import MAX_BEAM
 from model.cpu.fused import FusedInt8Decoder, can_fuse, fuse
 from model.cpu.weights import Int8Linear, can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
-from model.results import Translation, TranslationResult, restore
+from model.results import Translation, TranslationResult, restore, terms_first
 from model.search import IncrementalDecoder, SelectFn, beam_search, select
-from model.terms import Terminology, report, strip_tags
+from model.terms import Terminology, report, retry_beam_size, strip_tags
 from model.tokenizer import Tokenizer
 from model.transformer import Transformer, attention, inference_attention_backends
 
@@ -209,11 +210,16 @@ class Translator:
             batches.remove(largest)
             batches += [largest[: len(largest) // 2], largest[len(largest) // 2:]]
 
+        # with annotated terms, every finished beam comes back: the best one that writes the terms
+        # is chosen before a text is translated again (the beams cost the same; only n_best are read)
+        choose_terms = any(annotate) and term_method == "auto"
+        decode_n_best = beam_size if choose_terms else n_best
+
         def run(batch: list[int]):
             # a repair places a missing span, and an accelerator mark is placed, by the attention,
             # so it is computed where spans or marks are
             attention = return_attention or any(self.has_sentinel(ids[i]) or marks[i] or stripped[i] for i in batch)
-            return self.translate_ids([ids[i] for i in batch], beam_size, n_best, length_penalty,
+            return self.translate_ids([ids[i] for i in batch], beam_size, decode_n_best, length_penalty,
                                       max_decoding_length, attention, min_length)
 
         if parallel > 1:
@@ -224,22 +230,27 @@ class Translator:
         results: list[TranslationResult | None] = [None] * len(ids)
         for batch, hyps in zip(batches, outputs):
             for i, h in zip(batch, hyps):
-                results[i] = self.to_result(ids[i], h, return_attention, masked[i], shouting[i], marks[i],
-                                            stripped[i])
+                def result(hyps, i=i):
+                    return self.to_result(ids[i], hyps, return_attention, masked[i], shouting[i], marks[i],
+                                          stripped[i])
+
+                results[i] = result(h[:n_best])
+                if choose_terms and lacks_terms(masked[i], results[i].hypotheses[0].text):  # the other beams
+                    results[i] = result(h)
+                    results[i].hypotheses = terms_first(results[i].hypotheses, partial(lacks_terms, masked[i]))[:n_best]
                 own = each_terms[i]
                 if own and masked[i] is not None:  # the repair (or the placement) puts every sentinel term in
                     found = {m.entry for m in own.find(clean_text(sources[i]))}
                     used = (set(stripped[i].terms.values()) if stripped[i]
                             else masked[i].terms_used(results[i].hypotheses[0].text))
                     results[i].terms = report(own, found, used)
-        if any(annotate) and term_method == "auto":
-            # an annotated term the model did not write: that text again, its terms as sentinels
-            again = [i for i, m in enumerate(masked)
-                     if m and {a.entry for a in m.annotations} - set(results[i].terms["applied"])]
+        if choose_terms:
+            # an annotated term no beam wrote: that text again, its terms as sentinels
+            again = [i for i, m in enumerate(masked) if m and lacks_terms(m, results[i].hypotheses[0].text)]
             if again:
-                redone = self.translate([sources[i] for i in again], beam_size, n_best, length_penalty,
-                                        max_decoding_length, return_attention, batch_tokens, min_length, parallel,
-                                        [each_terms[i] for i in again], term_method="spans")
+                redone = self.translate([sources[i] for i in again], retry_beam_size(beam_size, n_best), n_best,
+                                        length_penalty, max_decoding_length, return_attention, batch_tokens,
+                                        min_length, parallel, [each_terms[i] for i in again], term_method="spans")
                 for i, result in zip(again, redone):
                     results[i] = result
         return results  # type: ignore[return-value]
@@ -310,3 +321,9 @@ class Translator:
                 t.target_tokens = pieces + (["</s>"] if h.ended_with_eos else [])
             result.hypotheses.append(t)
         return restore(result, masked.spans, masked.text) if masked and masked.spans else result
+
+
+def lacks_terms(masked: protect.Masked | None, text: str) -> bool:
+    """Whether a translation lacks a target term annotated in its source."""
+    return masked is not None and not {a.entry for a in masked.annotations} <= masked.terms_used(text)
+

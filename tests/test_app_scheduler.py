@@ -96,23 +96,33 @@ def test_only_items_with_the_same_options_share_a_batch():
         assert len(sources) == 6
 
 
-def test_a_lone_item_waits_at_most_max_wait_and_a_full_batch_goes_at_once():
+def test_an_item_starts_at_once_on_an_idle_server_and_waits_for_company_while_a_batch_runs():
     async def main():
-        fake = FakeTranslate()
-        scheduler = Scheduler(fake, slots=1, batch_tokens=20, max_wait_s=0.1)
+        fake = FakeTranslate(delay=0.3)
+        scheduler = Scheduler(fake, slots=2, batch_tokens=20, max_wait_s=0.1)
         scheduler.start()
         start = time.monotonic()
-        await scheduler.submit(BatchKey("en-de", beam_size=1), [sentence(1)]).future
-        lone = time.monotonic() - start
-        start = time.monotonic()
-        await scheduler.submit(BatchKey("en-de", beam_size=1), [sentence(i) for i in range(4)]).future
-        full = time.monotonic() - start
+        running = scheduler.submit(BatchKey("en-de", beam_size=1), [sentence(1)])  # idle: starts now
+        await asyncio.sleep(0.01)
+        started_idle = len(fake.batches)
+        lone = scheduler.submit(BatchKey("en-de", beam_size=1), [sentence(2)])  # a batch runs: waits
+        await asyncio.sleep(0.05)
+        company = scheduler.submit(BatchKey("en-de", beam_size=1), [sentence(3)])
+        await lone.future
+        waited = time.monotonic() - start
+        full = scheduler.submit(BatchKey("en-de", beam_size=1), [sentence(i) for i in range(4)])
+        await asyncio.sleep(0.01)
+        started_full = [sources for _, sources in fake.batches][-1]
+        await asyncio.gather(running.future, company.future, full.future)
         await scheduler.stop(1)
-        return lone, full
+        return fake, started_idle, waited, started_full
 
-    lone, full = run(main())
-    assert 0.09 <= lone < 0.5
-    assert full < 0.05
+    fake, started_idle, waited, started_full = run(main())
+    assert started_idle == 1
+    # the lone item waited max_wait and took the item that came meanwhile along
+    assert [sources for _, sources in fake.batches][1] == [sentence(2), sentence(3)]
+    assert 0.4 <= waited < 0.9  # 0.1 of waiting, then its 0.3 batch
+    assert started_full == [sentence(i) for i in range(4)]  # at once
 
 
 def test_a_cancelled_job_is_never_computed():

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -20,6 +23,13 @@ def test_settings_from_environment(monkeypatch):
     monkeypatch.setenv("NMT_DEVICE", "tpu")
     with pytest.raises(ValueError, match="device"):
         Settings()
+
+
+def test_by_default_the_shipped_models_serve_both_directions(monkeypatch):
+    monkeypatch.delenv("NMT_MODEL_DIRS", raising=False)
+    root = Path(__file__).resolve().parents[1]
+    metadata = [json.loads((root / d / "metadata.json").read_text()) for d in Settings().model_dirs]
+    assert {(m["source_lang"], m["target_lang"]) for m in metadata} == {("en", "de"), ("de", "en")}
 
 
 def test_worker_layout(monkeypatch):

@@ -5,13 +5,15 @@ byte, even from a random model (the repair puts a dropped sentinel back)."""
 from __future__ import annotations
 
 import random
+from functools import partial
 
 import pytest
 
 from app.glossaries import inline_terminology, parse_entries
 from model import protect
-from model.terms import TERM_CLOSE, TERM_OPEN, TermError, Terminology, annotate, term_used
-from model.translator import Translator
+from model.results import Translation, terms_first
+from model.terms import TERM_CLOSE, TERM_OPEN, TermError, Terminology, annotate, retry_beam_size, term_used
+from model.translator import Translator, lacks_terms
 from tests.conftest import make_tiny_checkpoint
 from training.annotate import annotate_corpus, annotate_pair, fitting_terms, gloss_index
 
@@ -99,6 +101,20 @@ def test_glossary_terms_go_inline_for_a_model_that_reads_annotations():
     assert spans == ["<b>", "</b>", "Nextcloud", "Akte"] and entries == {2: "Nextcloud", 3: "file"}
     # a tag character in the input is protected as itself, not read as an annotation
     assert protect.mask(f"a{TERM_OPEN}b").spans == [TERM_OPEN]
+
+
+def test_of_its_beams_a_translation_takes_the_best_that_writes_the_annotated_term():
+    """Every beam comes back when terms are annotated: the best one that writes them (inflected
+    or not) wins; only when none does is the text translated again, greedily."""
+    masked = protect.mask("Open the file.", terms=Terminology({"file": "Akte"}), annotate_glossary=True)
+    assert masked.annotations
+    beams = [Translation(text, [], [], -k, -k, True) for k, text in
+             enumerate(["Öffne die Dateien.", "Öffne die Akten.", "Akte öffnen.", "Öffne die Aktentasche."])]
+    chosen = terms_first(beams, partial(lacks_terms, masked))
+    assert [h.text for h in chosen] == ["Öffne die Akten.", "Akte öffnen.", "Öffne die Dateien.",
+                                        "Öffne die Aktentasche."]
+    assert lacks_terms(masked, "Öffne die Dateien.") and not lacks_terms(protect.mask("Open it."), "Öffne es.")
+    assert (retry_beam_size(4), retry_beam_size(4, n_best=3), retry_beam_size(1)) == (1, 3, 1)
 
 
 def test_training_annotations_use_glosses_the_reference_follows():

@@ -22,13 +22,14 @@ import argparse
 import json
 import random
 import re
+import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-from model.terms import Terminology
+from model.terms import Terminology, term_used
 from model.translator import Translator
 from training.corpus import DING_FILE, DING_PACKAGE, parse_ding_line, read_lines
 from training.evaluate import score
@@ -123,8 +124,18 @@ def evaluate(model: str, data: str, cache: str, beam: int = 4, limit: int = 400,
     src = [sources[i] for i, _ in chosen]
     ref = [references[i] for i, _ in chosen]
     terms = [Terminology({en: de}) for _, (en, de) in chosen]
-    without, seconds_without = translate(translator, src, beam)
-    with_terms, seconds_with = translate(translator, src, beam, terms, term_method)
+    # timed side by side five times, the median of each pair's ratio: this machine drifts
+    seconds_without, seconds_with = [], []
+    for _ in range(5):
+        without, seconds = translate(translator, src, beam)
+        seconds_without.append(seconds)
+        with_terms, seconds = translate(translator, src, beam, terms, term_method)
+        seconds_with.append(seconds)
+    ratio = statistics.median(b / a for a, b in zip(seconds_without, seconds_with))
+    again = None
+    if translator.reads_annotations and term_method == "auto":  # how many went twice
+        first = translator.translate(src, beam_size=beam, n_best=beam, terms=terms, term_method="annotate")
+        again = sum(not any(term_used(h.text, de) for h in r.hypotheses) for r, (_, (_, de)) in zip(first, chosen))
     exact = sum(has_term(h, de) for h, (_, (_, de)) in zip(with_terms, chosen))
     lemma = sum(lemma_match(h, de) for h, (_, (_, de)) in zip(with_terms, chosen))
     alone_lemma = sum(lemma_match(h, de) for h, (_, (_, de)) in zip(without, chosen))
@@ -159,8 +170,10 @@ def evaluate(model: str, data: str, cache: str, beam: int = 4, limit: int = 400,
             "term_lemma_pct": round(100 * lemma / max(1, len(chosen)), 2),
             "term_lemma_alone_pct": round(100 * alone_lemma / max(1, len(chosen)), 2),
             "chrf_without": chrf_without, "chrf_with": chrf_with,
-            "sentences_per_s_without": round(len(src) / seconds_without, 2),
-            "sentences_per_s_with": round(len(src) / seconds_with, 2),
+            "sentences_per_s_without": round(len(src) / statistics.median(seconds_without), 2),
+            "sentences_per_s_with": round(len(src) / statistics.median(seconds_with), 2),
+            "time_ratio": round(ratio, 3),
+            "translated_again": again,
             "examples": [{"source": s, "term": t.glossary, "without": a, "with": b, "reference": r}
                          for s, t, a, b, r in list(zip(src, terms, without, with_terms, ref))[:8]],
         },
@@ -180,7 +193,10 @@ def markdown(report: dict) -> str:
         f"| required term, lemma-aware | {g['term_lemma_alone_pct']}% | {g['term_lemma_pct']}% |",
         f"| chrF | {g['chrf_without']} | {g['chrf_with']} |",
         f"| sentences/s (beam {report['beam']}, {report['dtype']}) | {g['sentences_per_s_without']} | "
-        f"{g['sentences_per_s_with']} |", "",
+        f"{g['sentences_per_s_with']} |",
+        f"| time with / without (median of 5 side by side) | | {g['time_ratio']:.2f}x |",
+        *([f"| translated again (no beam wrote the term) | | {g['translated_again']} |"]
+          if g.get("translated_again") is not None else []), "",
         "| do-not-translate set | sentences | kept (with the list) | kept (model alone) |", "|---|---:|---:|---:|",
         *[f"| {name} | {v['sentences']} | {v['kept_pct']}% | {v['kept_alone_pct']}% |" for name, v in d.items()],
     ])

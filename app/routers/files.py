@@ -135,11 +135,11 @@ async def _translate_texts(request: Request, service, model, texts: list[str], h
             raise ApiError(504, f"translating {filename} did not finish within {s.file_timeout_s:g} s "
                            "(NMT_FILE_TIMEOUT_S)")
         chunk = prepared[start:start + s.max_segments]
-        outcome = await service.translate(request, key, [ids for _, ids in chunk], timeout_s=remaining)
-        await service.retry_missed_terms(request, key, model, positions[start:start + s.max_segments],
-                                         outcome.results, f"a sentence of {filename}", timeout_s=remaining)
+        decoded = (await service.translate_sentences(request, key, model, [ids for _, ids in chunk],
+                                                     positions[start:start + s.max_segments],
+                                                     f"a sentence of {filename}", timeout_s=remaining)).results
         translations += [(put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m else r).hypotheses[0].text
-                         for r, (m, _) in zip(outcome.results, chunk)]
+                         for r, (m, _) in zip(decoded, chunk)]
     found = iter(translations)
     return [part.join([next(found) for _ in part.sentences]) for part in parts]
 

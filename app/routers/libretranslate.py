@@ -157,9 +157,8 @@ async def translate_sentences(request: Request, service: Service, model: ServedM
     # a model without sentinels puts the placeholders it was not shown back by the attention
     key = BatchKey(model.id, beam_size=max(service.settings.default_beam_size, n_best), n_best=n_best,
                    attention=any(taken_out for taken_out, _ in prepared))
-    decoded = (await service.translate(request, key, [ids for _, ids in prepared])).results
-    await service.retry_missed_terms(request, key, model, [(documents[i], j) for i, j in positions], decoded,
-                                     "a sentence")
+    decoded = (await service.translate_sentences(request, key, model, [ids for _, ids in prepared],
+                                                 [(documents[i], j) for i, j in positions], "a sentence")).results
     results = iter(put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m else r
                    for r, (m, _) in zip(decoded, prepared))
     return [[[h.text for h in next(results).hypotheses] for _ in document.sentences] for document in documents]

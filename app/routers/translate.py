@@ -122,16 +122,13 @@ async def translate_one_hop(body: TranslateRequest, request: Request, service: S
     taken_out = any(m.taken_out for m in masked)
     key = BatchKey(model.id, body.beam_size, body.n_best, body.length_penalty, body.max_length,
                    attention=body.alignments or body.include_attention or taken_out)
-    outcome = await service.translate(request, key, sources)
+    # each text is one sentence of a document holding its mask's own spans and terms, which a retry
+    # of a missed annotated term extends (Service.translate_sentences)
+    documents = [markup.Document(["", ""], [m.text], m.spans, False, m.terms, annotations=m.annotations)
+                 for m in masked]
+    outcome = await service.translate_sentences(request, key, model, sources, [(d, 0) for d in documents], "text")
     decoded = outcome.results
-    if any(m.annotations for m in masked):
-        # a model that reads annotations: a text whose translation lacks an annotated term goes
-        # again with its terms as sentinels (each document here is one sentence)
-        documents = [markup.Document(["", ""], [m.text], m.spans, False, m.terms, annotations=m.annotations)
-                     for m in masked]
-        await service.retry_missed_terms(request, key, model, [(d, 0) for d in documents], decoded, "text")
-        # (the documents hold the masks' own spans and terms, which the retry extended)
-        masked = [replace(m, text=d.sentences[0]) for m, d in zip(masked, documents)]
+    masked = [replace(m, text=d.sentences[0]) for m, d in zip(masked, documents)]
     results = [put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m.taken_out else restore(r, m.spans, m.text)
                for r, m in zip(decoded, masked)]
     translations = [await translation_out(service, model.id, r, body) for r in results]

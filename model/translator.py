@@ -235,7 +235,8 @@ class Translator:
                                           stripped[i])
 
                 results[i] = result(h[:n_best])
-                if choose_terms and lacks_terms(masked[i], results[i].hypotheses[0].text):  # the other beams
+                # the other beams, where the best lacks a term or alternatives are asked for
+                if choose_terms and (n_best > 1 or lacks_terms(masked[i], results[i].hypotheses[0].text)):
                     results[i] = result(h)
                     results[i].hypotheses = terms_first(results[i].hypotheses, partial(lacks_terms, masked[i]))[:n_best]
                 own = each_terms[i]

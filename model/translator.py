@@ -230,14 +230,11 @@ class Translator:
         results: list[TranslationResult | None] = [None] * len(ids)
         for batch, hyps in zip(batches, outputs):
             for i, h in zip(batch, hyps):
-                def result(hyps, i=i):
-                    return self.to_result(ids[i], hyps, return_attention, masked[i], shouting[i], marks[i],
-                                          stripped[i])
-
-                results[i] = result(h[:n_best])
+                how = (return_attention, masked[i], shouting[i], marks[i], stripped[i])
+                results[i] = self.to_result(ids[i], h[:n_best], *how)
                 # the other beams, where the best lacks a term or alternatives are asked for
                 if choose_terms and (n_best > 1 or lacks_terms(masked[i], results[i].hypotheses[0].text)):
-                    results[i] = result(h)
+                    results[i] = self.to_result(ids[i], h, *how)
                     results[i].hypotheses = terms_first(results[i].hypotheses, partial(lacks_terms, masked[i]))[:n_best]
                 own = each_terms[i]
                 if own and masked[i] is not None:  # the repair (or the placement) puts every sentinel term in
@@ -252,8 +249,8 @@ class Translator:
                 redone = self.translate([sources[i] for i in again], retry_beam_size(beam_size, n_best), n_best,
                                         length_penalty, max_decoding_length, return_attention, batch_tokens,
                                         min_length, parallel, [each_terms[i] for i in again], term_method="spans")
-                for i, result in zip(again, redone):
-                    results[i] = result
+                for i, again_result in zip(again, redone):
+                    results[i] = again_result
         return results  # type: ignore[return-value]
 
     @staticmethod

@@ -4,15 +4,21 @@ import struct
 
 from model.protect import spans
 from training.corpus import (
+    BOOKS,
     KEY_VALUE_RE,
     OPENTTD_LINE_RE,
+    align_blocks,
     clean_pair,
     ddtp_blocks,
     dedup,
     dedup_against,
+    doc_blocks,
     drop_ding_lines,
     extract_bible,
+    extract_docs,
+    extract_manpages,
     extract_stories,
+    man_blocks,
     modernize_spelling,
     parse_ding_line,
     pick_general_test,
@@ -23,6 +29,8 @@ from training.corpus import (
     read_po,
     read_stamp_description,
     refine_paragraph,
+    roff_args,
+    roff_text,
     split_by_unit,
 )
 
@@ -335,3 +343,92 @@ def test_overlap_flags_held_out_sentences_whose_ding_line_is_in_training():
     assert sibling_flags(lines, test, {("in the first place", "von Anfang an")}) == [True, False]
     assert sibling_flags(lines, test, set()) == [False, False]
     assert is_phrase("to call back <> sb.") and not is_phrase("He is ill.")
+
+
+def test_doc_blocks_skip_code_and_navigation_and_keep_the_shape(tmp_path):
+    page = tmp_path / "ch01.en.html"
+    page.write_text(
+        '<html><head><title>Chapter 1</title></head><body>'
+        '<div class="navheader"><p>Prev</p></div>'
+        '<h1>1. Basics</h1><div class="para">Run <code>apt</code> as\n root.</div>'
+        '<pre>apt update</pre><ul><li><p>First.</p><p>Second.</p></li><li>Plain item</li></ul>'
+        '<p>Line<br/>break &amp; more.</p><ul class="docnav"><li>Up</li></ul></body></html>')
+    assert doc_blocks(page) == [("h1", "1. Basics"), ("p", "Run apt as root."), ("li", None), ("p", "First."),
+                                ("p", "Second."), ("li", "Plain item"), ("p", "Line break & more.")]
+
+
+def test_blocks_align_by_tag_sequence_and_only_in_long_agreeing_runs():
+    en = [("h1", "Title"), ("p", "One."), ("li", None), ("p", "Two."), ("p", "Three.")]
+    de = [("h1", "Titel"), ("p", "Eins."), ("li", None), ("p", "Zwei."), ("p", "Drei.")]
+    assert align_blocks(en, de) == [("Title", "Titel"), ("One.", "Eins."), ("Two.", "Zwei."), ("Three.", "Drei.")]
+    # the German page lacks a paragraph: only runs of >= 4 blocks with agreeing tags pair up
+    en = [("h1", "A"), ("p", "New."), ("h2", "B"), ("p", "c."), ("p", "d."), ("li", "e")]
+    de = [("h1", "A'"), ("h2", "B'"), ("p", "c'."), ("p", "d'."), ("li", "e'")]
+    assert align_blocks(en, de) == [("B", "B'"), ("c.", "c'."), ("d.", "d'."), ("e", "e'")]
+    assert align_blocks([("p", "x")], [("h1", "y")]) == []
+
+
+def test_docs_pair_pages_of_a_book_and_drop_german_left_in_english(tmp_path):
+    book = next(b for b in BOOKS if b.name == "debian-faq")
+    en_dir, de_dir = tmp_path / "en" / book.en_dir, tmp_path / "de" / book.de_dir
+    en_dir.mkdir(parents=True)
+    de_dir.mkdir(parents=True)
+    (en_dir / "basic.en.html").write_text(
+        "<h1>What is Debian?</h1><p>Debian is a free system. It runs on many computers.</p>"
+        "<p>The organization is open to all members of the project and its friends (chapter 1).</p>"
+        "<p>Only English.</p>")
+    (de_dir / "basic.de.html").write_text(
+        "<h1>Was ist Debian?</h1><p>Debian ist ein freies System. Es läuft auf vielen Rechnern.</p>"
+        "<p>The organization is open to all members of the project and its friends (Kapitel 1).</p>"
+        "<p>Nur Deutsch.</p>")
+    (en_dir / "missing.en.html").write_text("<p>No German page.</p>")
+    pkgs = {name: tmp_path / "none" for b in BOOKS for name in (b.en_package, b.de_package)}
+    pkgs[book.en_package], pkgs[book.de_package] = tmp_path / "en", tmp_path / "de"
+    assert list(extract_docs(pkgs)) == [
+        ("debian-faq/basic.en", "What is Debian?", "Was ist Debian?"),
+        ("debian-faq/basic.en", "Debian is a free system.", "Debian ist ein freies System."),
+        ("debian-faq/basic.en", "It runs on many computers.", "Es läuft auf vielen Rechnern."),
+        ("debian-faq/basic.en", "Only English.", "Nur Deutsch."),
+    ]
+
+
+def test_roff_text_and_macro_arguments():
+    assert roff_text(r"Use \fB\-\-all\fP or \f(CW\[aq]\eX\[aq]\fR \(em see \*(lqman\*(rq \" a comment") == \
+        "Use --all or '\\X' — see “man” "
+    assert roff_text(r"Gr\[u00F6]\[u00DF]e\~und\&mehr [aq]x[aq]") == "Größe undmehr 'x'"
+    assert roff_args('"a ""quoted"" arg" plain  last') == ['a "quoted" arg', "plain", "last"]
+
+
+def test_man_blocks_name_paragraphs_by_macro_and_skip_code():
+    page = "\n".join([
+        '.\\" a comment', ".TH LS 1", ".SH NAME", "ls \\- list", ".SH DESCRIPTION", "List the",
+        "files.", ".PP", ".BR ls (1)", "sorts them.", ".TP", ".B \\-a", "Show all.", ".nf", "ls -a", ".fi",
+        '.IP "\\(bu" 2', "A point.", ".de XX", "..", ".SS \"Exit status\"", "0 if OK."])
+    assert man_blocks(page) == [
+        ("SH", "NAME"), ("after-SH", "ls - list"), ("SH", "DESCRIPTION"), ("after-SH", "List the files."),
+        ("PP", "ls(1) sorts them."), ("tag", "-a"), ("body", "Show all."), ("IP", "•"), ("body", "A point."),
+        ("SS", "Exit status"), ("after-SS", "0 if OK.")]
+    assert man_blocks(".so man1/other.1\n") == []
+
+
+def test_manpages_pair_pages_of_the_same_name(tmp_path):
+    import gzip
+
+    def page(root, path, text):
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        with gzip.open(root / path, "wt", encoding="utf-8") as f:
+            f.write(text)
+
+    german, english = tmp_path / "manpages-de", tmp_path / "coreutils"
+    page(german, "usr/share/man/de/man1/cat.1.gz",
+         ".SH BEZEICHNUNG\ncat \\- Dateien verketten\n.SH BESCHREIBUNG\nDateien verketten und ausgeben.\n"
+         ".PP\nOhne DATEI wird die Standardeingabe gelesen.\n")
+    page(english, "usr/share/man/man1/cat.1.gz",
+         ".SH NAME\ncat \\- concatenate files\n.SH DESCRIPTION\nConcatenate files and print them.\n"
+         ".PP\nWith no FILE, read standard input.\n")
+    page(german, "usr/share/man/de/man1/tac.1.gz", ".SH BEZEICHNUNG\ntac\n")
+    assert list(extract_manpages(german, {"coreutils": english})) == [
+        ("man1/cat.1", "NAME", "BEZEICHNUNG"), ("man1/cat.1", "cat - concatenate files", "cat - Dateien verketten"),
+        ("man1/cat.1", "DESCRIPTION", "BESCHREIBUNG"),
+        ("man1/cat.1", "Concatenate files and print them.", "Dateien verketten und ausgeben."),
+        ("man1/cat.1", "With no FILE, read standard input.", "Ohne DATEI wird die Standardeingabe gelesen.")]

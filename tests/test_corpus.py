@@ -17,6 +17,7 @@ from training.corpus import (
     extract_bible,
     extract_docs,
     extract_kdehelp,
+    extract_mallard,
     extract_manpages,
     extract_stories,
     in_step,
@@ -465,3 +466,17 @@ def test_kdehelp_pairs_pages_of_a_handbook_by_file_name(tmp_path):
     assert list(extract_kdehelp({"kapp": tmp_path / "kapp"})) == [
         ("kapp/index.html", "The KApp Handbook", "Das Handbuch zu KApp"),
         ("kapp/index.html", "KApp opens files.", "KApp öffnet Dateien.")]
+
+
+def test_mallard_pages_pair_when_their_block_sequences_match(tmp_path):
+    def page(pkg, lang, name, body):
+        path = tmp_path / pkg / "usr/share/help" / lang / "app" / f"{name}.page"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f'<page xmlns="http://projectmallard.org/1.0/" id="{name}">{body}</page>')
+
+    page("app", "C", "alarm", "<title>Remove an alarm</title><p>Press <gui>Delete</gui>.</p>")
+    page("app", "de", "alarm", "<title>Einen Alarm entfernen</title><p>Klicken Sie auf <gui>Löschen</gui>.</p>")
+    page("app", "C", "other", "<title>Other</title><p>One.</p><p>Two.</p>")
+    page("app", "de", "other", "<title>Andere</title><p>Eins. Zwei.</p>")  # blocks differ: left out
+    assert list(extract_mallard({"app": tmp_path / "app"})) == [
+        ("app/alarm", "Remove an alarm", "Einen Alarm entfernen"), ("app/alarm", "Press Delete.", "Klicken Sie auf Löschen.")]

@@ -86,7 +86,7 @@ SEED = "nmt-corpus-v1"
 # "stories" comes last: dedup keeps the first pair of an English text, so adding it changed no other
 # source's pairs (but for 9 of ding_dict's, which dedups after all of these: "Good bye!", "Boom!")
 ALL_SOURCES = ["lohelp", "mallard", "ddtp", "gettext", "ding", "catalogs", "bible", "stories", "docs",
-               "manpages", "kdehelp"]
+               "manpages", "kdehelp", "gnomehelp"]
 
 GETTEXT_PACKAGES = [
     "libreoffice-l10n-de", "gcc-12-locales", "libc-l10n", "coreutils", "git", "vlc-l10n",
@@ -121,6 +121,7 @@ LICENCES = {
     "stories": "GPL-2 (Hedgewars), CC-BY-SA 3.0 (Flare's game data), GPL-2+ (Tux Paint stamps)",
     "docs": "GPL-2+ (Debian Reference, FAQ, New Maintainers' Guide), MIT (Developer's Reference), "
             "GPL-2+ or CC-BY-SA 3.0 (Debian Administrator's Handbook)",
+    "gnomehelp": "per package, mostly CC-BY-SA 3.0 (GNOME documentation; see each package's debian/copyright)",
     "kdehelp": "GFDL-1.2+ (KDE documentation; see each package's debian/copyright)",
     "manpages": "GPL-3+ (manpages-de translations); each English page its package's (see its debian/copyright)",
 }
@@ -1041,9 +1042,9 @@ def mallard_blocks(path: Path) -> list[tuple[str, str | None]]:
 
 
 def extract_mallard(pkgs: dict[str, Path]) -> Iterator[tuple[str, str, str]]:
-    """Yield (unit, en, de) from Mallard pages whose block sequences match."""
+    """Yield (unit, en, de) from the Mallard pages of `pkgs` whose block sequences match."""
     pages = []
-    for name in MALLARD_PACKAGES:
+    for name in pkgs:  # in the given order: dedup keeps the first of equal pairs
         base = pkgs[name] / "usr/share/help"
         for c in sorted(base.glob("C/*/*.page")):
             d = base / "de" / c.parent.name / c.name
@@ -1058,6 +1059,15 @@ def extract_mallard(pkgs: dict[str, Path]) -> Iterator[tuple[str, str, str]]:
             if e and g:
                 for se, sd in refine_paragraph(e, g):
                     yield unit, se, sd
+
+
+GNOMEHELP_LIST = Path(__file__).with_name("gnomehelp_packages.txt")
+GNOMEHELP_MEMBER_RE = re.compile(r"/usr/share/help/(?:C|de)/[^/]+/[^/]+\.page$")
+
+
+def gnomehelp_packages() -> list[str]:
+    return [line.split()[0] for line in GNOMEHELP_LIST.read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
 
 
 # --------------------------------------------------------------------------- ding
@@ -1319,6 +1329,8 @@ def raw_pairs(sources: list[str], cache_dir: Path) -> Iterator[tuple[str, str, s
                 if "catalogs" in sources else {})
     manpages = (fetch_packages(["manpages-de", *manpage_packages()], cache_dir, only=MANPAGE_MEMBER_RE,
                                folder="manpages") if "manpages" in sources else {})
+    gnomehelp = (fetch_packages(gnomehelp_packages(), cache_dir, only=GNOMEHELP_MEMBER_RE, folder="gnomehelp")
+                 if "gnomehelp" in sources else {})
     kdehelp = (fetch_packages(kdehelp_packages(), cache_dir, only=KDEHELP_MEMBER_RE, folder="kdehelp")
                if "kdehelp" in sources else {})
     docs = fetch_packages(DOCS_PACKAGES, cache_dir, folder="extract") if "docs" in sources else {}
@@ -1334,7 +1346,9 @@ def raw_pairs(sources: list[str], cache_dir: Path) -> Iterator[tuple[str, str, s
         elif src == "lohelp":
             yield from (("lohelp", u, e, d) for u, e, d in extract_lohelp(pkgs))
         elif src == "mallard":
-            yield from (("mallard", u, e, d) for u, e, d in extract_mallard(pkgs))
+            yield from (("mallard", u, e, d) for u, e, d in extract_mallard({n: pkgs[n] for n in MALLARD_PACKAGES}))
+        elif src == "gnomehelp":
+            yield from (("gnomehelp", u, e, d) for u, e, d in extract_mallard(gnomehelp))
         elif src == "ding":
             yield from extract_ding(pkgs)
         elif src == "catalogs":

@@ -782,11 +782,11 @@ def roff_args(text: str) -> list[str]:
     return args
 
 
-def man_blocks(source: str) -> list[tuple[str, str | None]]:
+def man_blocks(source: str) -> list[tuple[str, str]]:
     """(macro, text) of a man page's paragraphs in order: each paragraph named by the macro that
-    began it (a .TP's tag line is a block of its own, "tag"); code, tables and macro definitions
-    are left out. A page that only includes another (.so) has none."""
-    blocks: list[tuple[str, str | None]] = []
+    began it (the tag line of a .TP is a block of its own, "tag", and its text "body"); code, tables
+    and macro definitions are left out. A page that only includes another (.so) has none."""
+    blocks: list[tuple[str, str]] = []
     name, words = "start", []
     skip_until, tag_next = None, False
 
@@ -797,6 +797,15 @@ def man_blocks(source: str) -> list[tuple[str, str | None]]:
             blocks.append((name, text))
         name, words = next_name, []
 
+    def add(text: str) -> None:
+        nonlocal words, tag_next
+        if tag_next:  # the line after .TP is its tag
+            close("tag")
+            words, tag_next = [text], False
+            close("body")
+        else:
+            words.append(text)
+
     for raw in source.splitlines():
         if skip_until is not None:
             if raw.startswith("." + skip_until) or (skip_until == "." and raw.strip() == ".."):
@@ -804,39 +813,28 @@ def man_blocks(source: str) -> list[tuple[str, str | None]]:
             continue
         if raw.startswith((".\\\"", "'\\\"", "\\\"")):
             continue  # a comment
-        if raw.startswith((".", "'")):
-            macro, _, rest = raw[1:].strip().partition(" ")
-            if macro == "so":
-                return []
-            if macro in ROFF_SKIPS:
+        if not raw.startswith((".", "'")):
+            add(roff_text(raw))
+            continue
+        macro, _, rest = raw[1:].strip().partition(" ")
+        if macro == "so":
+            return []
+        if macro in ROFF_SKIPS:
+            close("after-" + macro)
+            skip_until = ROFF_SKIPS[macro]
+        elif macro in ROFF_FONTS or macro in ROFF_ALTERNATING:
+            args = [roff_text(a) for a in roff_args(rest)]
+            add(" ".join(args) if macro in ROFF_FONTS else "".join(args))
+        elif macro in ROFF_BREAKS:
+            close(macro)
+            if macro in ("SH", "SS") and rest:
+                words = [roff_text(" ".join(roff_args(rest)))]
                 close("after-" + macro)
-                skip_until = ROFF_SKIPS[macro]
-            elif macro in ROFF_FONTS or macro in ROFF_ALTERNATING:
-                args = [roff_text(a) for a in roff_args(rest)]
-                text = " ".join(args) if macro in ROFF_FONTS else "".join(args)
-                if tag_next:
-                    close("tag")
-                    words, tag_next = [text], False
-                    close("body")
-                else:
-                    words.append(text)
-            elif macro in ROFF_BREAKS:
-                close(macro)
-                if macro in ("SH", "SS") and rest:
-                    words = [roff_text(" ".join(roff_args(rest)))]
-                    close("after-" + macro)
-                elif macro == "IP" and rest and roff_args(rest):
-                    words = [roff_text(roff_args(rest)[0])]
-                    close("body")
-                tag_next = macro in ("TP", "TQ")
-            continue  # other requests (.if, .ft, .UR, ...) carry no text of the paragraph
-        text = roff_text(raw)
-        if tag_next:
-            close("tag")
-            words, tag_next = [text], False
-            close("body")
-        else:
-            words.append(text)
+            elif macro == "IP" and roff_args(rest):
+                words = [roff_text(roff_args(rest)[0])]
+                close("body")
+            tag_next = macro in ("TP", "TQ")
+        # other requests (.if, .ft, .UR, ...) carry no text of the paragraph
     close("end")
     return blocks
 

@@ -19,6 +19,7 @@ from training.corpus import (
     extract_kdehelp,
     extract_mallard,
     extract_manpages,
+    extract_mozilla,
     extract_stories,
     in_step,
     man_blocks,
@@ -26,10 +27,13 @@ from training.corpus import (
     parse_ding_line,
     pick_general_test,
     pick_protect_test,
+    read_dtd,
+    read_fluent,
     read_keyed,
     read_lua_table,
     read_mo,
     read_po,
+    read_properties,
     read_stamp_description,
     refine_paragraph,
     roff_args,
@@ -480,3 +484,39 @@ def test_mallard_pages_pair_when_their_block_sequences_match(tmp_path):
     page("app", "de", "other", "<title>Andere</title><p>Eins. Zwei.</p>")  # blocks differ: left out
     assert list(extract_mallard({"app": tmp_path / "app"})) == [
         ("app/alarm", "Remove an alarm", "Einen Alarm entfernen"), ("app/alarm", "Press Delete.", "Klicken Sie auf Löschen.")]
+
+
+def test_mozilla_readers_fluent_properties_dtd():
+    ftl = ("# comment\n-brand-short-name = Firefox\nabout =\n    .title = About { -brand-short-name }\n"
+           "    .accesskey = A\nwelcome = Hello { $user },\n    welcome back.\n"
+           "tabs = { $n ->\n    [one] One tab\n   *[other] { $n } tabs\n}\nsee = See { other-message }\n")
+    assert read_fluent(ftl) == {"-brand-short-name": "Firefox", "about.title": "About { -brand-short-name }",
+                                "about.accesskey": "A", "welcome": "Hello {user}, welcome back."}
+    props = "# c\n! c\nsaved = Saved %S\\u2026\nlong = first \\\n    second\ncolon: yes\n"
+    assert read_properties(props) == {"saved": "Saved %S…", "long": "first second", "colon": "yes"}
+    assert read_dtd('<!ENTITY a.label "Add">\n<!ENTITY b.label \'Say "hi"\'>') == {"a.label": "Add",
+                                                                                   "b.label": 'Say "hi"'}
+
+
+def test_mozilla_pairs_strings_by_file_and_key(tmp_path):
+    import zipfile
+
+    def archive(path, files):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(path, "w") as z:
+            for name, text in files.items():
+                z.writestr(name, text)
+
+    archive(tmp_path / "ff/usr/lib/firefox-esr/browser/omni.ja", {
+        "localization/en-US/branding/brand.ftl": "-brand-short-name = Firefox\n",
+        "localization/en-US/browser/about.ftl": "title = About { -brand-short-name }\nkey = K\n",
+        "chrome/en-US/locale/browser/downloads.properties": "done = Download done\nfiles = #1 file;#1 files\n"})
+    archive(tmp_path / "de/usr/lib/firefox-esr/browser/extensions/langpack-de@firefox-esr.mozilla.org.xpi", {
+        "browser/localization/de/branding/brand.ftl": "-brand-short-name = Firefox\n",
+        "browser/localization/de/browser/about.ftl": "title = Über { -brand-short-name }\nkey = T\n",
+        "browser/chrome/de/locale/browser/downloads.properties": "done = Download fertig\nfiles = #1 Datei;#1 Dateien\n"})
+    pkgs = {"firefox-esr": tmp_path / "ff", "firefox-esr-l10n-de": tmp_path / "de",
+            "thunderbird": tmp_path / "none", "thunderbird-l10n-de": tmp_path / "none"}
+    assert list(extract_mozilla(pkgs)) == [("firefox-esr/browser/about.ftl", "About Firefox", "Über Firefox"),
+                                           ("firefox-esr/browser/downloads.properties", "Download done",
+                                            "Download fertig")]

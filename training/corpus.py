@@ -364,17 +364,15 @@ def _unpack_members(deb: Path, dest: Path, only: re.Pattern) -> None:
                 target.write_bytes(tar.extractfile(member).read())
 
 
+def package_list(path: Path) -> list[str]:
+    """The packages named in one of our lists (training/*_packages.txt): the first word of each
+    line that is not a comment."""
+    return [line.split()[0] for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+
+
 def catalog_packages() -> list[str]:
     """The ``catalogs`` packages: catalog_packages.txt less the ``gettext`` source's own."""
-    names = [line.split()[0] for line in CATALOG_LIST.read_text().splitlines()
-             if line.strip() and not line.startswith("#")]
-    return sorted(set(names) - set(GETTEXT_PACKAGES))
-
-
-def manpage_packages() -> list[str]:
-    """The packages holding the English originals of manpages-de's pages (manpage_packages.txt)."""
-    return [line.split()[0] for line in MANPAGE_LIST.read_text().splitlines()
-            if line.strip() and not line.startswith("#")]
+    return sorted(set(package_list(CATALOG_LIST)) - set(GETTEXT_PACKAGES))
 
 
 # --------------------------------------------------------------------------- gettext
@@ -680,11 +678,6 @@ def extract_docs(pkgs: dict[str, Path]) -> Iterator[tuple[str, str, str]]:
 KDEHELP_LIST = Path(__file__).with_name("kdehelp_packages.txt")
 KDEHELP_MEMBER_RE = re.compile(r"/usr/share/doc/HTML/(?:en|de)/.+/index\.cache\.bz2$")
 KDE_PAGE_RE = re.compile(r'<FILENAME filename="([^"]+)">(.*?)</FILENAME>', re.S)
-
-
-def kdehelp_packages() -> list[str]:
-    return [line.split()[0] for line in KDEHELP_LIST.read_text().splitlines()
-            if line.strip() and not line.startswith("#")]
 
 
 def kde_pages(path: Path) -> dict[str, str]:
@@ -1179,11 +1172,6 @@ GNOMEHELP_LIST = Path(__file__).with_name("gnomehelp_packages.txt")
 GNOMEHELP_MEMBER_RE = re.compile(r"/usr/share/help/(?:C|de)/[^/]+/[^/]+\.page$")
 
 
-def gnomehelp_packages() -> list[str]:
-    return [line.split()[0] for line in GNOMEHELP_LIST.read_text().splitlines()
-            if line.strip() and not line.startswith("#")]
-
-
 # --------------------------------------------------------------------------- ding
 
 DING_ANNOT_RE = re.compile(r"\{[^{}]*\}|\[[^\[\]]*\]|\([^()]*\)")
@@ -1441,13 +1429,13 @@ def raw_pairs(sources: list[str], cache_dir: Path) -> Iterator[tuple[str, str, s
     pkgs = fetch_packages(list(dict.fromkeys(names)), cache_dir) if names else {}
     catalogs = (fetch_packages(catalog_packages(), cache_dir, only=CATALOG_MEMBER_RE, folder="catalogs")
                 if "catalogs" in sources else {})
-    manpages = (fetch_packages(["manpages-de", *manpage_packages()], cache_dir, only=MANPAGE_MEMBER_RE,
+    manpages = (fetch_packages(["manpages-de", *package_list(MANPAGE_LIST)], cache_dir, only=MANPAGE_MEMBER_RE,
                                folder="manpages") if "manpages" in sources else {})
     mozilla = (fetch_packages([*MOZILLA_PACKAGES, *MOZILLA_PACKAGES.values()], cache_dir, only=MOZILLA_MEMBER_RE,
                               folder="mozilla") if "mozilla" in sources else {})
-    gnomehelp = (fetch_packages(gnomehelp_packages(), cache_dir, only=GNOMEHELP_MEMBER_RE, folder="gnomehelp")
+    gnomehelp = (fetch_packages(package_list(GNOMEHELP_LIST), cache_dir, only=GNOMEHELP_MEMBER_RE, folder="gnomehelp")
                  if "gnomehelp" in sources else {})
-    kdehelp = (fetch_packages(kdehelp_packages(), cache_dir, only=KDEHELP_MEMBER_RE, folder="kdehelp")
+    kdehelp = (fetch_packages(package_list(KDEHELP_LIST), cache_dir, only=KDEHELP_MEMBER_RE, folder="kdehelp")
                if "kdehelp" in sources else {})
     docs = fetch_packages(DOCS_PACKAGES, cache_dir, folder="extract") if "docs" in sources else {}
     stories = (fetch_packages(STORIES_PACKAGES, cache_dir, only=STORIES_MEMBER_RE, folder="stories")

@@ -20,6 +20,7 @@ from training.corpus import (
     extract_mallard,
     extract_manpages,
     extract_mozilla,
+    extract_qtcatalogs,
     extract_stories,
     in_step,
     man_blocks,
@@ -520,3 +521,23 @@ def test_mozilla_pairs_strings_by_file_and_key(tmp_path):
     assert list(extract_mozilla(pkgs)) == [("firefox-esr/browser/about.ftl", "About Firefox", "Über Firefox"),
                                            ("firefox-esr/browser/downloads.properties", "Download done",
                                             "Download fertig")]
+
+
+def test_qt_catalogs_keep_the_source_text_of_each_message(tmp_path):
+    import struct
+
+    def text(tag, data):
+        return bytes([tag]) + struct.pack(">I", len(data)) + data
+
+    def message(source, *translations, context="Dialog"):
+        fields = b"".join(text(0x03, t.encode("utf-16-be")) for t in translations)
+        return (bytes([0x05]) + b"\0\0\0\1" + fields + text(0x07, context.encode()) + text(0x06, source.encode())
+                + text(0x08, b"") + bytes([0x01]))
+
+    messages = (message("Open file", "Datei öffnen") + message("%n file(s)", "%n Datei", "%n Dateien")
+                + message("head_crown_to_neck_back", "kopf_scheitel") + message("Close", ""))
+    catalog = tmp_path / "app" / "usr/share/app/translations/app_de.qm"
+    catalog.parent.mkdir(parents=True)
+    catalog.write_bytes(bytes.fromhex("3cb86418caef9c95cd211cbf60a1bddd") + bytes([0x42]) + struct.pack(">I", 0)
+                        + bytes([0x69]) + struct.pack(">I", len(messages)) + messages)
+    assert list(extract_qtcatalogs({"app": tmp_path / "app"})) == [("app/app_de", "Open file", "Datei öffnen")]

@@ -660,6 +660,15 @@ def left_in_english(en: str, de: str) -> bool:
     return len(de_words) >= 5 and sum(w in en_words for w in de_words) >= 0.9 * len(de_words)
 
 
+def page_pairs(en: list[tuple[str, str | None]], de: list[tuple[str, str | None]]) -> Iterator[tuple[str, str]]:
+    """The sentence pairs of two versions of a page, given as blocks: blocks aligned
+    (align_blocks), split into sentences where both split alike, German left in English dropped."""
+    for en_block, de_block in align_blocks(en, de):
+        for se, sd in refine_paragraph(en_block, de_block):
+            if not left_in_english(se, sd):
+                yield se, sd
+
+
 def extract_docs(pkgs: dict[str, Path]) -> Iterator[tuple[str, str, str]]:
     """Yield (unit, en, de) from Debian's books; a unit is one page."""
     for book in BOOKS:
@@ -668,10 +677,8 @@ def extract_docs(pkgs: dict[str, Path]) -> Iterator[tuple[str, str, str]]:
             de_page = de_root / (en_page.name.removesuffix(book.en_suffix) + book.de_suffix)
             if not de_page.exists():
                 continue
-            for en, de in align_blocks(doc_blocks(en_page), doc_blocks(de_page)):
-                for se, sd in refine_paragraph(en, de):
-                    if not left_in_english(se, sd):
-                        yield f"{book.name}/{en_page.stem}", se, sd
+            for en, de in page_pairs(doc_blocks(en_page), doc_blocks(de_page)):
+                yield f"{book.name}/{en_page.stem}", en, de
 
 
 # --------------------------------------------------------------------------- kdehelp
@@ -701,10 +708,8 @@ def extract_kdehelp(pkgs: dict[str, Path]) -> Iterator[tuple[str, str, str]]:
             continue
         en_pages, de_pages = kde_pages(handbooks["en"][book]), kde_pages(de_cache)
         for page in sorted(set(en_pages) & set(de_pages)):
-            for en, de in align_blocks(html_blocks(en_pages[page]), html_blocks(de_pages[page])):
-                for se, sd in refine_paragraph(en, de):
-                    if not left_in_english(se, sd):
-                        yield f"{book}/{page}", se, sd
+            for en, de in page_pairs(html_blocks(en_pages[page]), html_blocks(de_pages[page])):
+                yield f"{book}/{page}", en, de
 
 
 # --------------------------------------------------------------------------- mozilla
@@ -1024,10 +1029,8 @@ def extract_manpages(german: Path, english: dict[str, Path]) -> Iterator[tuple[s
         if en_page is None or not en_page.is_file() or de_page.name in MANPAGE_INDEXES:
             continue
         unit = f"{de_page.parent.name}/{de_page.name.removesuffix('.gz')}"
-        for en, de in align_blocks(man_blocks(read_man_page(en_page)), man_blocks(read_man_page(de_page))):
-            for se, sd in refine_paragraph(en, de):
-                if not left_in_english(se, sd):
-                    yield unit, se, sd
+        for en, de in page_pairs(man_blocks(read_man_page(en_page)), man_blocks(read_man_page(de_page))):
+            yield unit, en, de
 
 
 # --------------------------------------------------------------------------- ddtp

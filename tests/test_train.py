@@ -334,9 +334,11 @@ def test_a_resumed_run_switches_corpus_from_the_next_epoch(tmp_path):
         train.main(["train", "--out", str(run_dir), "--resume", "--switch-data", str(other_dev)])
     with pytest.raises(SystemExit, match="goes with --switch-data"):
         train.main(["train", "--out", str(run_dir), "--resume", "--repeat", "stories=2"])
+    with pytest.raises(SystemExit, match="goes with --switch-data"):
+        train.main(["train", "--out", str(run_dir), "--resume", "--back-translated"])
     with pytest.raises(SystemExit, match="goes with --resume"):
         run(corpus, tmp_path / "fresh", "--switch-data", str(bigger))
-    with pytest.raises(SystemExit, match="--repeat goes with a fresh run"):
+    with pytest.raises(SystemExit, match="--repeat and --back-translated go with a fresh run"):
         train.main(["train", "--restore", str(run_dir / "final"), "--data", str(corpus), "--out",
                     str(tmp_path / "restored"), "--repeat", "stories=2"])
 

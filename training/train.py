@@ -53,6 +53,7 @@ from model.tokenizer import Tokenizer
 from model.transformer import Transformer
 from model.translator import Translator
 from training.annotate import annotate_corpus, noun_glosses
+from training.backtranslate import backtranslated_files
 from training.corpus import read_lines
 from training.terms_eval import ding_glosses
 
@@ -93,7 +94,7 @@ def languages(direction: str) -> tuple[str, str]:
 def load_training_corpus(data_dir: Path, dict_keep: int, seed: int, short_keep: int = -1,
                          repeat: dict[str, int] | None = None, subsample: dict[str, int] | None = None,
                          direction: str = "en-de", term_share: float = 0.0,
-                         glosses: list[tuple[str, str]] | None = None) -> Corpus:
+                         glosses: list[tuple[str, str]] | None = None, back_translated: bool = False) -> Corpus:
     """The training pairs of `direction`, weighted toward full sentences.
 
     - `ding_dict` word/phrase entries are subsampled to `dict_keep`: ~312k of the pairs are 1-3
@@ -107,12 +108,23 @@ def load_training_corpus(data_dir: Path, dict_keep: int, seed: int, short_keep: 
       little general, conversational language there is).
     - `term_share` of the pairs are examined for inline term annotations from `glosses`
       ((source-language, target-language) terms; training/annotate.py).
+    - `back_translated` adds the corpus's synthetic pairs for `direction` (source `backtranslated`;
+      training/backtranslate.py), which `repeat` and `subsample` weigh like any source.
     """
     d = Path(data_dir)
     en, de = read_lines(d / "train.en"), read_lines(d / "train.de")
     sources = read_lines(d / "train.source") if (d / "train.source").exists() else ["all"] * len(en)
     if not len(en) == len(de) == len(sources):
         raise ValueError(f"{d}: train.en/train.de/train.source differ in length")
+    if back_translated:
+        files = backtranslated_files(d, direction)
+        if not all(path.exists() for path in files):
+            raise SystemExit(f"{d} has no back-translated pairs for {direction} ({files[0].name}): write them with "
+                             f"`nmt monolingual` and `nmt backtranslate --model <a {direction[3:]}-{direction[:2]} model>`")
+        bt_en, bt_de = (read_lines(path) for path in files)
+        if len(bt_en) != len(bt_de):
+            raise ValueError(f"{d}: the back-translated files of {direction} differ in length")
+        en, de, sources = en + bt_en, de + bt_de, sources + ["backtranslated"] * len(bt_en)
     chosen = np.ones(len(en), dtype=bool)
     rng = np.random.default_rng(seed)
     dict_rows = np.array([i for i, s in enumerate(sources) if s == "ding_dict"], dtype=np.int64)
@@ -540,7 +552,8 @@ class Trainer:
                 glosses = [(de, en) for en, de in glosses]
         corpus = load_training_corpus(Path(a.data), a.dict_keep, a.seed, a.short_keep, parse_counts(a.repeat),
                                       parse_counts(getattr(a, "subsample", "")),  # runs older than --subsample lack it
-                                      direction=run_direction(a), term_share=share, glosses=glosses)
+                                      direction=run_direction(a), term_share=share, glosses=glosses,
+                                      back_translated=bool(getattr(a, "back_translated", None)))
         t0 = time.time()
         self.train_data = encode_corpus(self.sp, corpus.source, corpus.target, c.eos_id, a.max_len)
         self.data_description = dict(corpus.description, pairs_after_length_filter=len(self.train_data),
@@ -865,7 +878,7 @@ def vars_of(args) -> dict:
     return {k: v for k, v in vars(args).items() if k != "func"}
 
 
-def data_switch(saved: dict, corpus: str, repeat: str | None) -> dict:
+def data_switch(saved: dict, corpus: str, repeat: str | None, back_translated: bool | None = None) -> dict:
     """The settings a resumed run takes on with --switch-data, after checking that the new
     corpus holds out the very dev set the run's dev curve was measured on."""
     old, new = Path(saved["data"]), Path(corpus)
@@ -873,7 +886,8 @@ def data_switch(saved: dict, corpus: str, repeat: str | None) -> dict:
         if not (new / name).exists() or (new / name).read_bytes() != (old / name).read_bytes():
             raise SystemExit(f"--switch-data {new}: its {name} is not the run's ({old / name}); the dev curve "
                              "would not be comparable")
-    return {"data": str(new), "repeat": repeat if repeat is not None else saved.get("repeat")}
+    return {"data": str(new), "repeat": repeat if repeat is not None else saved.get("repeat"),
+            "back_translated": back_translated if back_translated is not None else saved.get("back_translated")}
 
 
 def fork_run(source: Path, run_dir: Path) -> None:
@@ -907,15 +921,17 @@ def train_command(args) -> Path:
         run_dir = Path(args.out)
         saved = json.loads((run_dir / "args.json").read_text())
         if args.switch_data:
-            switch = data_switch(saved, args.switch_data, args.repeat)
+            switch = data_switch(saved, args.switch_data, args.repeat, args.back_translated)
             given.update(switch)
-        elif args.repeat is not None:
-            raise SystemExit("--repeat on --resume changes the data mix: it goes with --switch-data")
+        elif args.repeat is not None or args.back_translated is not None:
+            raise SystemExit("--repeat or --back-translated on --resume changes the data mix: it goes with "
+                             "--switch-data")
         args = argparse.Namespace(**{**RUN_CONTROL_DEFAULTS, **saved, **given, "resume": True, "switch_data": None})
     elif args.switch_data:
         raise SystemExit("--switch-data goes with --resume")
-    elif args.restore and args.repeat is not None:
-        raise SystemExit("--restore takes the run's data mix from the checkpoint: --repeat goes with a fresh run")
+    elif args.restore and (args.repeat is not None or args.back_translated is not None):
+        raise SystemExit("--restore takes the run's data mix from the checkpoint: --repeat and --back-translated "
+                         "go with a fresh run")
     elif args.restore:
         args, record = prepare_restored_run(args, given)
         run_dir = Path(args.out)
@@ -1001,6 +1017,9 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--short-keep", type=int, default=-1, help="1-2 word pairs of the other sources kept (-1: all)")
     g.add_argument("--subsample", default="", help="subsample sources' pairs to these counts, e.g. bible=30000")
     g.add_argument("--repeat", help="repeat sources' pairs, e.g. ding=2 (default: none)")
+    g.add_argument("--back-translated", action="store_true", default=None,
+                   help="also train on the corpus's back-translated pairs of this direction (source "
+                   "`backtranslated`; `nmt backtranslate` writes them); with --resume, goes with --switch-data")
     g.add_argument("--vocab-size", type=int, default=8000)
     g.add_argument("--spm-sample", type=int, default=300000, help="sentences sampled to train SentencePiece")
     g.add_argument("--spm", help="use this SentencePiece model instead of training one")

@@ -17,7 +17,7 @@ from pathlib import Path
 from app.language import CLEAR, LanguageDetector
 from app.language import language_name as detector_language_name
 from model import protect
-from model.config import CheckpointError, ModelConfig, read_header
+from model.config import SHORTLIST_FILE, CheckpointError, ModelConfig, read_header
 from model.terms import Terminology
 from model.tokenizer import Tokenizer
 
@@ -58,7 +58,7 @@ class ServedModel:
     config: ModelConfig
     tokenizer: Tokenizer
     parameters: int
-    fingerprint: str = ""  # SHA-256 of its weights file: a cached translation belongs to these weights
+    fingerprint: str = ""  # SHA-256 of its weights (and shortlist): a cached translation belongs to these
     names: dict[str, str] = field(default_factory=dict)  # language names its package gives (Argos metadata)
     term_annotations: bool = False  # trained with inline term annotations (training/annotate.py)
 
@@ -128,15 +128,19 @@ def load_model(directory: str | Path) -> ServedModel:
              if isinstance(name, str) and name}
     return ServedModel(f"{source}-{target}", source, target, header.directory, header.config,
                        Tokenizer.from_dir(header.directory, header.config), header.parameters,
-                       _file_hash(header.directory / "model.safetensors"), names,
+                       _fingerprint(header.directory), names,
                        bool(header.metadata.get("term_annotations")))
 
 
-def _file_hash(path: Path) -> str:
+def _fingerprint(directory: Path) -> str:
+    """SHA-256 of what decides a model's translations: its weights, and its vocabulary shortlist
+    when it has one (model/shortlist.py)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(2**20):
-            digest.update(chunk)
+    for path in (directory / "model.safetensors", directory / SHORTLIST_FILE):
+        if path.exists():
+            with open(path, "rb") as f:
+                while chunk := f.read(2**20):
+                    digest.update(chunk)
     return digest.hexdigest()
 
 

@@ -119,7 +119,7 @@ class Service:
             {model_id: str(model.directory) for model_id, model in self.registry.models.items()}, devices,
             threads=threads, dtype=s.dtype, batch_tokens=batch_tokens, batch_timeout_s=s.request_timeout_s + 30,
             start_timeout_s=s.worker_start_timeout_s, fault_injection=s.fault_injection,
-            max_loaded=s.max_loaded_models,
+            max_loaded=s.max_loaded_models, shortlist=s.shortlist,
             on_busy=lambda index, seconds: m.worker_busy.labels(str(index)).inc(seconds))
         self.scheduler = Scheduler(self.pool.run, slots=len(devices), batch_tokens=batch_tokens,
                                    max_wait_s=s.max_wait_ms / 1000, max_queue_items=s.max_queue_items,

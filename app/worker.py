@@ -92,6 +92,7 @@ class WorkerPool:
     start_timeout_s: float = 600.0
     fault_injection: bool = False
     max_loaded: int = 0  # models a worker keeps loaded (0: all, from the start)
+    shortlist: bool = True  # decode over a model's vocabulary shortlist when it has one (CPU)
     on_busy: Any = None  # callable(worker index, seconds) after every batch
     workers: list[Worker] = field(init=False)
 
@@ -143,7 +144,7 @@ class WorkerPool:
         w.process = self._context.Process(
             target=_worker_entry, name=f"nmt-worker-{w.index}", daemon=True,
             args=(child, self.models, w.device, self.dtype, self.threads, self.batch_tokens, self.fault_injection,
-                  self.max_loaded))
+                  self.max_loaded, self.shortlist))
         w.process.start()
         child.close()  # so that recv sees EOF when the process dies
         loop = asyncio.get_running_loop()

@@ -34,8 +34,9 @@ class Translators:
     """A worker's translators: every model loaded at start, or with `max_loaded` (> 0) the first at
     start and each other on first use, at most `max_loaded` kept (the least recently used goes)."""
 
-    def __init__(self, models: dict[str, str], device: str, dtype: str, max_loaded: int = 0):
+    def __init__(self, models: dict[str, str], device: str, dtype: str, max_loaded: int = 0, shortlist: bool = True):
         self.models, self.device, self.dtype, self.max_loaded = models, device, dtype, max_loaded
+        self.shortlist = shortlist
         self.loaded: OrderedDict[str, Translator] = OrderedDict()
         for model_id in list(models)[: max_loaded or len(models)]:
             self.get(model_id)
@@ -46,13 +47,13 @@ class Translators:
             return self.loaded[model_id]
         while self.max_loaded and len(self.loaded) >= self.max_loaded:
             self.loaded.popitem(last=False)
-        translator = self.loaded[model_id] = Translator.load(self.models[model_id], device=self.device,
+        translator = self.loaded[model_id] = Translator.load(self.models[model_id], device=self.device, shortlist=self.shortlist,
                                                              dtype=self.dtype)
         return translator
 
 
 def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: int, batch_tokens: int,
-                fault_injection: bool, max_loaded: int = 0) -> None:
+                fault_injection: bool, max_loaded: int = 0, shortlist: bool = True) -> None:
     """Process entry point: load the models (all, or the first max_loaded), then translate
     batches until told to stop; every reply says which models it holds."""
     # Ctrl-C reaches the whole process group; the server decides when workers stop, after
@@ -60,7 +61,7 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(threads)
     try:
-        held = Translators(models, device, dtype, max_loaded)
+        held = Translators(models, device, dtype, max_loaded, shortlist)
         translators = held.loaded
     except Exception as e:
         send_message(conn, ("failed", f"loading models failed: {type(e).__name__}: {e}"))

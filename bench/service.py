@@ -57,6 +57,8 @@ def start_server(args) -> tuple[subprocess.Popen, str]:
             env[f"NMT_{name.upper()}"] = str(value)
     env.setdefault("NMT_MAX_QUEUE_ITEMS", str(max(4096, 4 * args.clients)))
     env.setdefault("NMT_CACHE", "false")  # the clients repeat sentences: measure decoding, not the cache
+    if args.no_shortlist:
+        env["NMT_SHORTLIST"] = "false"
     process = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port",
                                 str(port), "--log-level", "warning"], cwd=ROOT, env=env)
     url = f"http://127.0.0.1:{port}"
@@ -187,7 +189,7 @@ def offline(model: str, sentences: list[str], threads: int, args) -> tuple[float
 
     torch.set_num_threads(threads)
     translator = Translator.load(model, device=None if args.device in (None, "auto") else args.device,
-                                 dtype=args.dtype or "auto")
+                                 dtype=args.dtype or "auto", shortlist=not args.no_shortlist)
     translator.translate(sentences[:4], beam_size=args.beam_size)  # warm-up
     # the service's budget: NMT_BATCH_TOKENS, else its default for the device
     budget = Settings(batch_tokens=args.batch_tokens or 0).batch_token_budget(translator.device.type)
@@ -221,6 +223,8 @@ def main() -> None:
     p.add_argument("--offline-threads", help="torch threads of the offline runs, comma-separated (default: 1 and "
                    "all cores); the ratio is against the fastest")
     p.add_argument("--no-offline", action="store_true", help="skip the offline comparison")
+    p.add_argument("--no-shortlist", action="store_true", help="NMT_SHORTLIST=false (and the offline Translator "
+                   "without the model's vocabulary shortlist)")
     p.add_argument("--json", help="also write the numbers here")
     args = p.parse_args()
 

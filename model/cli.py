@@ -46,7 +46,7 @@ def translate_command(args) -> None:
     from model.sentences import interleave
     from model.translator import Translator
 
-    translator = Translator.load(args.model, device=args.device, dtype=args.dtype)
+    translator = Translator.load(args.model, device=args.device, dtype=args.dtype, shortlist=not args.no_shortlist)
     parallel = getattr(args, "parallel", 1)
     if parallel > 1:
         torch.set_num_threads(1)  # one core per batch
@@ -86,6 +86,8 @@ def register(subparsers) -> None:
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16", "int8"],
                    help="auto: bfloat16 on Ampere+ GPUs and AMX CPUs, int8 on CPUs with AVX-512 VNNI or AVX2, else bfloat16 "
                         "where native, else float32; int8: int8 Linear layers on the CPU")
+    p.add_argument("--no-shortlist", action="store_true", help="decode over the whole vocabulary even where the "
+                   "model has a vocabulary shortlist (model/shortlist.py)")
     p.set_defaults(func=translate_command)
 
     # the other model commands live beside the code they drive

@@ -15,6 +15,7 @@ from pathlib import Path
 ACTIVATIONS = ("relu", "gelu", "swish")
 MAX_BEAM = 16  # the widest beam a Translator decodes with
 CHECKPOINT_FILES = ("config.json", "model.safetensors", "source.spm", "target.spm", "metadata.json")
+SHORTLIST_FILE = "shortlist.safetensors"  # optional: the vocabulary shortlist of model/shortlist.py
 
 
 class CheckpointError(ValueError):

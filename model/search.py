@@ -43,6 +43,9 @@ class IncrementalDecoder(Protocol):
     (model/cpu/fused.py); `Translator` picks one when it loads a model."""
 
     config: ModelConfig
+    # the target ids of decode_step's logit columns, sorted (V',), when it computes a shortlist of
+    # the vocabulary only (model/shortlist.py); None: column i is id i
+    columns: Tensor | None
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src (B, S) -> memory (B, S, D), src_mask (B, 1, 1, S)."""
@@ -51,7 +54,8 @@ class IncrementalDecoder(Protocol):
         """A cache for `group` decoder rows per source and up to `capacity` target positions."""
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        """tokens (N,) -> logits (N, V) and, if asked, encoder-decoder attention (L, N, H, S)."""
+        """tokens (N,) -> logits (N, V) (or (N, V'): columns) and, if asked, encoder-decoder
+        attention (L, N, H, S)."""
 
 
 # the search's step after the decoder: `select` below, or kernels.select (one C++ call on the CPU)
@@ -269,6 +273,10 @@ def beam_search(
     cache = model.start_cache(memory, src_mask, group=k, capacity=T_cap)
     source_len = src_mask.view(B_orig, -1).sum(-1).tolist()
 
+    # the logits' columns: the vocabulary, or a shortlist of it whose column j is id columns[j]
+    columns = getattr(model, "columns", None)
+    pad_col, eos_col = (c.pad_id, c.eos_id) if columns is None else _columns_of(columns, (c.pad_id, c.eos_id))
+
     # made once, sliced or filtered as the batch shrinks
     sent = torch.arange(B_orig, device=device)  # original index of each running sentence
     first_row = sent[:, None] * k  # (B, 1) cache row of each sentence's first beam
@@ -285,15 +293,18 @@ def beam_search(
     for t in range(T_cap):
         B = sent.numel()
         logits, attn = model.decode_step(tokens, cache, need_weights=return_attention)  # (N, V)
-        banned = (c.pad_id,) if t >= min_new_tokens else (c.pad_id, c.eos_id)  # the decoder never emits PAD
-        chosen, any_done, in_place = select_fn(logits, run_scores, pool_scores, pool_ref, max_len, t, banned,
-                                               c.eos_id, length_penalty)
-        step = _Step(sent, chosen.cand_scores, chosen.cand_row, chosen.cand_tok, chosen.keep)
+        banned = (pad_col,) if t >= min_new_tokens else (pad_col, eos_col)  # the decoder never emits PAD
+        chosen, any_done, in_place = select_fn(logits, run_scores, pool_scores, pool_ref, max_len, t,
+                                               tuple(b for b in banned if b >= 0), eos_col, length_penalty)
+        cand_tok, next_tokens = chosen.cand_tok, chosen.tokens
+        if columns is not None:  # column -> target id
+            cand_tok, next_tokens = columns[cand_tok], columns[next_tokens]
+        step = _Step(sent, chosen.cand_scores, chosen.cand_row, cand_tok, chosen.keep)
         if return_attention:  # (L, N, H, S) -> (B, k, L, H, S)
             step.attention = attn.transpose(0, 1).reshape(B, k, *attn.shape[:1], *attn.shape[2:])
         steps.append(step)
         run_scores, pool_scores, pool_ref = chosen.run_scores, chosen.pool_scores, chosen.pool_ref
-        tokens, parents, done = chosen.tokens, chosen.parents, chosen.done
+        tokens, parents, done = next_tokens, chosen.parents, chosen.done
         if any_done:
             finished.append((sent[done], pool_scores[done], pool_ref[done]))
             alive = (~done).nonzero()[:, 0]
@@ -306,6 +317,12 @@ def beam_search(
         elif not in_place:
             cache.reorder((first_row[:B] + parents).view(-1))
     return _read_back(steps, finished, n_best, 2 * k, c.eos_id, source_len, B_orig)
+
+
+def _columns_of(columns: Tensor, ids: tuple[int, ...]) -> tuple[int, ...]:
+    """The column of each id in sorted `columns`, or -1 where it is not one."""
+    at = torch.searchsorted(columns, torch.tensor(ids, device=columns.device)).clamp(max=columns.numel() - 1)
+    return tuple(int(j) if int(columns[j]) == i else -1 for i, j in zip(ids, at.tolist()))
 
 
 def _read_back(steps: list[_Step], finished, n_best: int, n_cand: int, eos_id: int, source_len: list[int],

@@ -18,6 +18,7 @@ contract (model/kernels: the C++ kernel for a decoder step on the CPU).
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 
 import torch
@@ -253,6 +254,10 @@ class Transformer(nn.Module):
         if c.tie_output:
             self.output_proj.weight = self.tgt_embed.weight
         self.embed_scale = math.sqrt(c.d_model) if c.scale_embedding else 1.0
+        # with a vocabulary shortlist (see shortlisted): the target ids of the logits' columns, and
+        # the output projection of those rows alone
+        self.columns: Tensor | None = None
+        self.output_rows = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -351,8 +356,27 @@ class Transformer(nn.Module):
             x, weights = layer(x, self_attention, cross_attention)
             all_weights.append(weights)
         cache.length = t + 1
-        logits = self.output_proj(self.decoder_norm(x[:, 0]))
+        logits = (self.output_rows or self.output_proj)(self.decoder_norm(x[:, 0]))  # (N, V) or (N, V')
         return logits, (torch.stack(all_weights) if need_weights else None)
+
+    def shortlisted(self, columns: Tensor) -> Transformer:
+        """This model with decode_step computing the logits of the target ids `columns` (V',)
+        only, sorted (model/shortlist.py); the weights are shared. An int8 output projection, or
+        one with a weight (nn.Linear, or the embedding it is tied to: a prepacked bf16 one) computes
+        those rows alone; another one computes them all, then keeps the columns."""
+        view = copy.copy(self)  # the modules are shared: only the two attributes below are its own
+        view.columns = columns
+        proj = self.output_proj
+        weight = proj.weight if isinstance(proj, nn.Linear) else self.tgt_embed.weight if self.config.tie_output else None
+        if hasattr(proj, "shortlisted"):  # int8 (model/cpu/weights.py): its own rows
+            view.output_rows = proj.shortlisted(columns)
+        elif weight is None:
+            view.output_rows = lambda h: proj(h).index_select(-1, columns)
+        else:
+            bias = getattr(proj, "bias", None)
+            rows, row_bias = weight.index_select(0, columns), None if bias is None else bias.index_select(0, columns)
+            view.output_rows = lambda h: F.linear(h, rows, row_bias)
+        return view
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -24,6 +24,7 @@ from model.cpu.fused import FusedInt8Decoder, can_fuse, fuse
 from model.cpu.weights import Int8Linear, can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
 from model.results import Translation, TranslationResult, restore, terms_first
 from model.search import IncrementalDecoder, SelectFn, beam_search, select
+from model.shortlist import Shortlist
 from model.terms import Terminology, report, retry_beam_size, strip_tags
 from model.tokenizer import Tokenizer
 from model.transformer import Transformer, attention, inference_attention_backends
@@ -79,13 +80,17 @@ class Translator:
         self.max_length_cap = min(max_length_cap, self.config.max_positions)
         # a model trained with inline term annotations (training/annotate.py) reads glossary terms that way
         self.reads_annotations = tokenizer.has_term_tags and bool(self.metadata.get("term_annotations"))
+        # the target pieces each batch may write (model/shortlist.py): on the CPU, from the model's directory
+        self.shortlist: Shortlist | None = None
 
     @classmethod
     def load(cls, directory: str | Path, device: str | None = None, dtype: str = "auto", prepack: bool = True,
-             **limits) -> Translator:
+             shortlist: bool = True, **limits) -> Translator:
         """A checkpoint directory, on `device` (None: CUDA when there is one) in `dtype` ("auto":
         see auto_dtype). prepack: on a CPU with native bf16, a bfloat16 model's Linear weights are
-        reordered once into oneDNN's layout (model/cpu/weights.py); False keeps plain Linear layers."""
+        reordered once into oneDNN's layout (model/cpu/weights.py); False keeps plain Linear layers.
+        shortlist: on the CPU, decode over the directory's vocabulary shortlist when it has one
+        (model/shortlist.py)."""
         device = torch.device(device or default_device())
         dtype = auto_dtype(device) if dtype == "auto" else dtype
         if dtype == "int8" and device.type != "cpu":
@@ -103,7 +108,10 @@ class Translator:
                 decoder = fuse(model)
         elif prepack and can_prepack_bf16(model):
             prepack_linear_bf16(model)
-        return cls(model, tokenizer, metadata, decoder, kernels.select if cpu_kernels else select, **limits)
+        translator = cls(model, tokenizer, metadata, decoder, kernels.select if cpu_kernels else select, **limits)
+        if shortlist and device.type == "cpu":
+            translator.shortlist = Shortlist.load(Path(directory), copy_source=model.config.share_embeddings)
+        return translator
 
     @property
     def fused(self) -> bool:
@@ -272,8 +280,11 @@ class Translator:
         for row, x in enumerate(ids):
             src[row, : len(x)] = torch.tensor(x)
         caps = torch.tensor([self.length_cap(len(x), max_decoding_length) for x in ids])
+        decoder = self.decoder
+        if self.shortlist is not None:
+            decoder = decoder.shortlisted(self.shortlist.columns(ids, always=[self.config.eos_id]).to(self.device))
         with inference_attention_backends(self.device):
-            return beam_search(self.decoder, src.to(self.device), beam_size, n_best, length_penalty,
+            return beam_search(decoder, src.to(self.device), beam_size, n_best, length_penalty,
                                caps.to(self.device), return_attention, min_length, self.select_fn)
 
     def has_sentinel(self, ids: list[int]) -> bool:

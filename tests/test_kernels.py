@@ -504,6 +504,31 @@ def test_beam_search_with_fused_calls_finds_the_same_hypotheses():
             assert torch.equal(x.attention, y.attention)
 
 
+def test_shortlisted_steps_and_searches_agree_fused_and_pytorch():
+    """With a vocabulary shortlist, the fused step's logits are the PyTorch step's, and are the
+    whole vocabulary's logits at the shortlist's columns; beam search writes only its ids."""
+    model, fused = int8_pair("pre", "relu", seed=4)
+    columns = torch.tensor([3, 5, 8, 13, 21, 34, 40, 41, 42, 55])  # EOS (3) among them
+    short_model, short_fused = model.shortlisted(columns), fused.shortlisted(columns)
+    assert model.columns is None and fused.columns is None  # the views are new objects
+    g = torch.Generator().manual_seed(5)
+    src = torch.randint(4, 50, (3, 8), generator=g)
+    with torch.inference_mode():
+        memory, mask = model.encode(src)
+        caches = [m.start_cache(memory, mask, group=2, capacity=6) for m in (model, short_model, short_fused)]
+        tokens = torch.full((6,), model.config.decoder_start_id)
+        (full, _), (expected, _), (logits, _) = (m.decode_step(tokens, c) for m, c in
+                                                 zip((model, short_model, short_fused), caches))
+    assert logits.shape == (6, 10) and torch.equal(logits, expected)
+    assert torch.equal(logits, full[:, columns])
+    caps = torch.tensor([6, 4, 6])
+    expected = beam_search(short_model, src, beam_size=3, n_best=3, max_new_tokens=caps)
+    found = beam_search(short_fused, src, beam_size=3, n_best=3, max_new_tokens=caps)
+    for a, b in zip(expected, found):
+        assert [h.token_ids for h in a] == [h.token_ids for h in b] and [h.score for h in a] == [h.score for h in b]
+        assert all(set(h.token_ids) <= set(columns.tolist()) for h in b)
+
+
 def test_only_int8_cpu_models_with_a_kernel_head_size_fuse():
     torch.manual_seed(0)
     options = dict(src_vocab_size=20, tgt_vocab_size=20, d_model=64, n_heads=4, d_ff=32, encoder_layers=1,

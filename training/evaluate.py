@@ -131,13 +131,14 @@ def markdown_table(rows: list[dict]) -> str:
 
 def evaluate(model_dir: str, data_dir: str, sets: list[str], beams: list[int], limit: int | None = None,
              threads: int = 2, batch_tokens: int = 4096, hyp_dir: str | None = None,
-             dtype: str = "float32", capitals: bool = False, no_sentinels: bool = False) -> dict:
+             dtype: str = "float32", capitals: bool = False, no_sentinels: bool = False,
+             shortlist: bool = True) -> dict:
     """Score each set at each beam size; with `capitals`, each set written in capitals (sources and
     references upper-cased: how the model does on text such as UI labels in capitals); with
     `no_sentinels`, the model run as if its vocabulary had no sentinel pieces: spans taken out of
     the source and put back by the attention, as for an imported model (protect.take_out, place)."""
     torch.set_num_threads(threads)
-    translator = Translator.load(model_dir, device="cpu", dtype=dtype)
+    translator = Translator.load(model_dir, device="cpu", dtype=dtype, shortlist=shortlist)
     if no_sentinels:
         translator.tokenizer.has_sentinels = False
     # a corpus holds NAME.en and NAME.de; the model's languages say which is the source
@@ -158,13 +159,14 @@ def evaluate(model_dir: str, data_dir: str, sets: list[str], beams: list[int], l
                 (Path(hyp_dir) / f"{name}.beam{beam}.{tgt_lang}").write_text("\n".join(hyps) + "\n", encoding="utf-8")
     return {"model": str(model_dir), "metadata": translator.metadata, "threads": threads, "dtype": translator.dtype,
             "limit": limit, "capitals": capitals, "no_sentinels": no_sentinels,
+            "shortlist": translator.shortlist is not None,
             "results": rows}
 
 
 def eval_command(args) -> dict:
     report = evaluate(args.model, args.data, [s for s in args.sets.split(",") if s],
                       [int(b) for b in args.beams.split(",")], args.limit, args.threads, args.batch_tokens,
-                      args.hyp_dir, args.dtype, args.capitals, args.no_sentinels)
+                      args.hyp_dir, args.dtype, args.capitals, args.no_sentinels, not args.no_shortlist)
     print(markdown_table(report["results"]))
     for metric in ("bleu", "chrf"):
         for signature in sorted({r[f"{metric}_signature"] for r in report["results"]}):
@@ -189,6 +191,8 @@ def add_eval_args(p: argparse.ArgumentParser) -> None:
                    "spans taken out and put back by the attention (how imported models keep them)")
     p.add_argument("--capitals", action="store_true", help="score the sets written in capitals (sources and "
                    "references upper-cased)")
+    p.add_argument("--no-shortlist", action="store_true", help="decode over the whole vocabulary even where the "
+                   "model has a vocabulary shortlist (model/shortlist.py)")
     p.add_argument("--out", help="write the JSON report here")
 
 

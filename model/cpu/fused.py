@@ -11,6 +11,8 @@ stays the reference, and the tests compare the two.
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import Tensor, nn
 
@@ -25,6 +27,8 @@ class FusedInt8Decoder:
     def __init__(self, model: Transformer):
         c, module = model.config, kernels.load()
         self.model, self.config = model, c
+        self.columns: Tensor | None = None  # the target ids of the logits' columns (None: all); see shortlisted
+        self.shortlist = None  # the output projection's rows of them
 
         def norms(modules):
             eps = {n.eps for n in modules}
@@ -64,14 +68,22 @@ class FusedInt8Decoder:
         """The model's own cache (its encoder-decoder keys and values in PyTorch, once a batch)."""
         return self.model.start_cache(memory, src_mask, group, capacity)
 
+    def shortlisted(self, columns: Tensor) -> FusedInt8Decoder:
+        """This decoder computing the logits of the target ids `columns` (V',) only, sorted
+        (model/shortlist.py); the weights are shared."""
+        view = copy.copy(self)
+        view.columns, view.shortlist = columns, self.model.output_proj.rows_of(columns)
+        return view
+
     def decode_step(self, tokens: Tensor, cache: DecoderCache, need_weights: bool = False):
-        """tokens (N,) -> logits (N, V) and, if asked, encoder-decoder attention (L, N, H, S)."""
+        """tokens (N,) -> logits (N, V), or (N, V') when shortlisted, and, if asked,
+        encoder-decoder attention (L, N, H, S)."""
         if cache.length >= cache.capacity:
             raise ValueError(f"decoder cache is full ({cache.capacity} positions)")
         cross_kv = [t for kv in cache.cross_kv for t in kv]
         logits, weights = self.decoder_step.forward(tokens, cache.length, cache.self_kv, cache.slot, cache.table,
                                                     cross_kv, cache.src_bias.view(cache.src_bias.size(0), -1),
-                                                    cache.group, need_weights)
+                                                    cache.group, need_weights, self.shortlist)
         cache.length += 1
         return logits, weights
 

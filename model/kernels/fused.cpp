@@ -175,10 +175,13 @@ class DecoderStep : Stack {
   // tokens (N,) int64; self_kv (slots, capacity, L, 2, H, Dh) float32; slot (N,); table (N,
   // capacity) int64, contiguous; cross_kv: per layer its keys and values (N/g, H, S, Dh);
   // src_bias (N/g, S) float32. Writes this step's keys and values into self_kv and table[:, t];
-  // returns logits (N, V) and, if asked, the encoder-decoder attention (L, N, H, S).
+  // returns logits (N, V) and, if asked, the encoder-decoder attention (L, N, H, S). With a
+  // shortlist (the output projection's rows of V' target ids: model/shortlist.py), logits (N, V')
+  // of those ids alone.
   std::vector<at::Tensor> forward(const at::Tensor& tokens, int64_t t, at::Tensor self_kv, const at::Tensor& slot,
                                   at::Tensor table, const std::vector<at::Tensor>& cross_kv, const at::Tensor& src_bias,
-                                  int64_t group, bool need_weights) const {
+                                  int64_t group, bool need_weights,
+                                  const c10::optional<LinearTensors>& shortlist_output) const {
     const int64_t N = tokens.size(0), D = D_, H = H_, Dh = D / H, L = static_cast<int64_t>(linears_.size() / 6);
     const int64_t capacity = self_kv.size(1);
     TORCH_CHECK(slot.scalar_type() == at::kLong && table.scalar_type() == at::kLong, "slot and table must be int64");
@@ -233,8 +236,14 @@ class DecoderStep : Stack {
     }
     if (pre_norm_) x = layer_norm(x, norms_.back());
     const Linear& output = linears_.back();
-    at::Tensor logits = at::empty({N, output.out_features()}, f32);
-    product(x, output, logits.data_ptr<float>(), false);
+    const int64_t V = output.out_features();
+    Linear rows = output;
+    if (shortlist_output.has_value()) {
+      const auto& [q, scale, qsum, bias] = *shortlist_output;
+      rows = Linear{q, scale, qsum, bias};
+    }
+    at::Tensor logits = at::empty({N, rows.out_features()}, f32);
+    product(x, rows, logits.data_ptr<float>(), false);
     return {logits, need_weights ? at::stack(all_weights) : at::Tensor()};
   }
 };
@@ -262,6 +271,7 @@ void define_fused(py::module& module) {
            py::arg("embedding"), py::arg("positions"), py::arg("norms"), py::arg("linears"))
       .def("forward", &DecoderStep::forward, py::arg("tokens"), py::arg("t"), py::arg("self_kv"), py::arg("slot"),
            py::arg("table"), py::arg("cross_kv"), py::arg("src_bias"), py::arg("group"), py::arg("need_weights"),
+           py::arg("shortlist_output") = py::none(),
            py::call_guard<py::gil_scoped_release>());
 }
 

@@ -211,6 +211,8 @@ def our_translator(ckpt: Path, compute: str, **options) -> Translator:
     """Our Translator on the CPU in `compute`; "int8-per-batch", for comparison only: PyTorch's
     dynamic quantization as it is, one activation scale per batch (what ours ran before
     model/cpu/weights.py's Int8Linear)."""
+    # without the model's vocabulary shortlist: the other engines decode over the whole vocabulary
+    options.setdefault("shortlist", False)
     if compute != "int8-per-batch":
         return Translator.load(ckpt, device="cpu", dtype=compute, **options)
     translator = Translator.load(ckpt, device="cpu", dtype="float32", **options)

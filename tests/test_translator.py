@@ -76,7 +76,7 @@ def test_length_cap_rule(translator):
 
 class CliArgs:
     beam, n_best, max_length, length_penalty, batch_tokens = 2, 1, 5, 1.0, 4096
-    device, dtype = "cpu", "float32"
+    device, dtype, no_shortlist = "cpu", "float32", False
 
 
 def run_cli(monkeypatch, capsys, checkpoint, data: bytes, **options) -> str:

@@ -93,3 +93,15 @@ def test_bench_through_nginx_and_two_replicas_runs_clean(tiny_checkpoint, tmp_pa
         for _, process in replicas:
             process.wait(30)
         redis.stop()
+
+
+def test_the_image_takes_every_file_of_the_shipped_models():
+    """.dockerignore admits the shipped checkpoints file by file: a file a model reads (its
+    shortlist, say) left off the list would be silently missing from the image."""
+    from model.config import CHECKPOINT_FILES, SHORTLIST_FILE
+
+    admitted = {line[1:] for line in (ROOT / ".dockerignore").read_text().splitlines() if line.startswith("!")}
+    for pair in ("en-de", "de-en"):
+        present = [name for name in (*CHECKPOINT_FILES, SHORTLIST_FILE) if (ROOT / "checkpoints" / pair / name).exists()]
+        assert SHORTLIST_FILE in present
+        assert {f"checkpoints/{pair}/{name}" for name in present} <= admitted

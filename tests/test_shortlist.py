@@ -86,3 +86,23 @@ def test_the_fingerprint_of_a_model_covers_its_shortlist(tiny_checkpoint, tmp_pa
     before = _fingerprint(model)
     Shortlist(torch.full((4, 1), -1), torch.arange(4), copy_source=False).save(model)
     assert (model / SHORTLIST_FILE).exists() and _fingerprint(model) != before
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_pytorch_path_decodes_over_a_shortlist_too(tiny_sentinel_checkpoint, tmp_path, dtype):
+    model = tmp_path / "model"
+    shutil.copytree(tiny_sentinel_checkpoint, model)
+    plain = Translator.load(model, device="cpu", dtype=dtype)
+    V = plain.config.tgt_vocab_size
+    Shortlist(torch.full((V, 1), -1), torch.arange(V), copy_source=True).save(model)
+    listed = Translator.load(model, device="cpu", dtype=dtype)
+    assert not listed.fused and listed.shortlist is not None
+    for a, b in zip(plain.translate(SENTENCES, beam_size=3), listed.translate(SENTENCES, beam_size=3)):
+        assert a.hypotheses[0].text == b.hypotheses[0].text
+        assert a.hypotheses[0].score == pytest.approx(b.hypotheses[0].score, abs=0.05)
+    Shortlist(torch.full((V, 1), -1), torch.arange(10, 40), copy_source=False).save(model)
+    ids = [plain.encode(s) for s in SENTENCES]
+    short = Translator.load(model, device="cpu", dtype=dtype)
+    columns = set(short.shortlist.columns(ids, [short.config.eos_id]).tolist())
+    written = {t for hyps in short.translate_ids(ids, 3, 3, 1.0, 10, False) for h in hyps for t in h.token_ids}
+    assert written and written <= columns

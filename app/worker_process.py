@@ -47,8 +47,8 @@ class Translators:
             return self.loaded[model_id]
         while self.max_loaded and len(self.loaded) >= self.max_loaded:
             self.loaded.popitem(last=False)
-        translator = self.loaded[model_id] = Translator.load(self.models[model_id], device=self.device, shortlist=self.shortlist,
-                                                             dtype=self.dtype)
+        translator = self.loaded[model_id] = Translator.load(self.models[model_id], device=self.device,
+                                                             dtype=self.dtype, shortlist=self.shortlist)
         return translator
 
 

@@ -276,6 +276,9 @@ def beam_search(
     # the logits' columns: the vocabulary, or a shortlist of it whose column j is id columns[j]
     columns = getattr(model, "columns", None)
     pad_col, eos_col = (c.pad_id, c.eos_id) if columns is None else _columns_of(columns, (c.pad_id, c.eos_id))
+    # the decoder never emits PAD; EOS is banned before min_new_tokens (a column not in a shortlist needs no ban)
+    banned_late = tuple(col for col in (pad_col,) if col >= 0)
+    banned_early = tuple(col for col in (pad_col, eos_col) if col >= 0)
 
     # made once, sliced or filtered as the batch shrinks
     sent = torch.arange(B_orig, device=device)  # original index of each running sentence
@@ -293,9 +296,9 @@ def beam_search(
     for t in range(T_cap):
         B = sent.numel()
         logits, attn = model.decode_step(tokens, cache, need_weights=return_attention)  # (N, V)
-        banned = (pad_col,) if t >= min_new_tokens else (pad_col, eos_col)  # the decoder never emits PAD
-        chosen, any_done, in_place = select_fn(logits, run_scores, pool_scores, pool_ref, max_len, t,
-                                               tuple(b for b in banned if b >= 0), eos_col, length_penalty)
+        banned = banned_late if t >= min_new_tokens else banned_early
+        chosen, any_done, in_place = select_fn(logits, run_scores, pool_scores, pool_ref, max_len, t, banned,
+                                               eos_col, length_penalty)
         cand_tok, next_tokens = chosen.cand_tok, chosen.tokens
         if columns is not None:  # column -> target id
             cand_tok, next_tokens = columns[cand_tok], columns[next_tokens]

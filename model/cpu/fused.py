@@ -71,8 +71,9 @@ class FusedInt8Decoder:
     def shortlisted(self, columns: Tensor) -> FusedInt8Decoder:
         """This decoder computing the logits of the target ids `columns` (V',) only, sorted
         (model/shortlist.py); the weights are shared."""
+        rows = self.model.output_proj.shortlisted(columns)
         view = copy.copy(self)
-        view.columns, view.shortlist = columns, self.model.output_proj.rows_of(columns)
+        view.columns, view.shortlist = columns, (rows.q, rows.scale, rows.qsum, rows.bias)
         return view
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache, need_weights: bool = False):

@@ -131,22 +131,17 @@ class Int8Linear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:  # (..., in_features) -> (..., out_features)
         return self.product(x.reshape(-1, self.in_features)).view(*x.shape[:-1], self.out_features)
 
-    def rows_of(self, index: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-        """(q, scale, qsum, bias) of the output features `index` (V',) alone, q in the kernels'
+    def shortlisted(self, index: Tensor) -> Int8Linear:
+        """This layer with the output features `index` (V',) alone, q repacked in the kernels'
         layout: a smaller Linear of the same weights (model/shortlist.py)."""
         if self._rows is None:
             self._rows = unpack_int8(self.q, self.out_features, self.q.size(1) * 4)  # (N, Kp)
-        chosen = self._rows.index_select(0, index)
-        padded = torch.zeros(-(-len(index) // 16) * 16, chosen.size(1), dtype=torch.int8)
-        padded[: len(index)] = chosen
-        q = padded.view(padded.size(0) // 16, 16, padded.size(1) // 4, 4).transpose(1, 2).contiguous()
-        bias = None if self.bias is None else self.bias.index_select(0, index)
-        return q, self.scale.index_select(0, index), self.qsum.index_select(0, index), bias
-
-    def shortlisted(self, index: Tensor) -> Int8Linear:
-        """This layer with the output features `index` (V',) alone (model/shortlist.py)."""
+        padded = torch.zeros(-(-len(index) // 16) * 16, self._rows.size(1), dtype=torch.int8)  # (V' padded, Kp)
+        padded[: len(index)] = self._rows.index_select(0, index)
         view = copy.copy(self)
-        view.q, view.scale, view.qsum, view.bias = self.rows_of(index)
+        view.q = padded.view(padded.size(0) // 16, 16, padded.size(1) // 4, 4).transpose(1, 2).contiguous()
+        view.scale, view.qsum = self.scale.index_select(0, index), self.qsum.index_select(0, index)
+        view.bias = None if self.bias is None else self.bias.index_select(0, index)
         view.out_features, view._q, view._rows = len(index), None, None
         return view
 

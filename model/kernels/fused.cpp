@@ -236,7 +236,6 @@ class DecoderStep : Stack {
     }
     if (pre_norm_) x = layer_norm(x, norms_.back());
     const Linear& output = linears_.back();
-    const int64_t V = output.out_features();
     Linear rows = output;
     if (shortlist_output.has_value()) {
       const auto& [q, scale, qsum, bias] = *shortlist_output;

@@ -37,10 +37,10 @@ def main(argv: list[str] | None = None) -> None:
         argv = argv[1:]
     else:
         from model.cli import build_parser
-        from training import backtranslate, corpus, evaluate, shortlist, terms_eval, train
+        from training import backtranslate, corpus, evaluate, shortlist, terms_eval, train, tune
 
         parser, subparsers = build_parser()
-        for module in (corpus, backtranslate, train, evaluate, terms_eval, shortlist):  # the offline tooling's commands
+        for module in (corpus, backtranslate, train, evaluate, tune, terms_eval, shortlist):  # the offline tooling's commands
             module.register(subparsers)
         add_serve_options(subparsers.add_parser("serve", help="serve the HTTP API (default: the shipped en-de model)"))
         from app.keys import add_keys_options

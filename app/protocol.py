@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from model.config import MAX_BEAM
+from model.config import MAX_BEAM, MAX_LENGTH_PENALTY
 
 Attention = list[list[list[list[float]]]]
 ATTENTION_DOC = "Cross-attention as [layer][head][target token][source token]; each row sums to 1."
@@ -53,8 +53,9 @@ class TranslateRequest(TermsFields):
     beam_size: int = Field(4, ge=1, le=MAX_BEAM, description="Beam width (1 = greedy).", examples=[4])
     n_best: int = Field(1, ge=1, le=MAX_BEAM, description="Hypotheses per text: the best plus n_best-1 "
                         "alternatives; at most beam_size.", examples=[1])
-    length_penalty: float = Field(1.0, ge=0.0, le=10.0, description="Score = log-prob / length^length_penalty; "
-                                  "larger favours longer output.", examples=[1.0])
+    length_penalty: float | None = Field(None, ge=0.0, le=MAX_LENGTH_PENALTY, description="Score = log-prob / "
+                                         "length^length_penalty; larger favours longer output. Default: the "
+                                         "model's own (GET /v1/models), chosen on its dev set.", examples=[None])
     max_length: int | None = Field(None, ge=1, le=1024, description="Most tokens to generate (EOS included), in "
                                    "place of the default 1.5 x source length + 10 (at most 256); never more than "
                                    "the model's positions.", examples=[None])
@@ -205,6 +206,8 @@ class ModelInfo(BaseModel):
                                   examples=["avx512_vnni"])
     max_source_tokens: int = Field(description="Longest accepted text in source tokens (EOS included).",
                                    examples=[1024])
+    length_penalty: float = Field(description="The length penalty it decodes with when a request gives none "
+                                  "(chosen on its dev set; 1.0 for a model that has none).", examples=[1.4])
     loaded_on: list[int] = Field(description="The workers that hold it loaded now (NMT_MAX_LOADED_MODELS: the others "
                                  "load it on first use).", examples=[[0, 1]])
 

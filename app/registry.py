@@ -17,7 +17,7 @@ from pathlib import Path
 from app.language import CLEAR, LanguageDetector
 from app.language import language_name as detector_language_name
 from model import protect
-from model.config import SHORTLIST_FILE, CheckpointError, ModelConfig, read_header
+from model.config import SHORTLIST_FILE, CheckpointError, ModelConfig, length_penalty_of, read_header
 from model.terms import Terminology
 from model.tokenizer import Tokenizer
 
@@ -61,6 +61,7 @@ class ServedModel:
     fingerprint: str = ""  # SHA-256 of its weights (and shortlist): a cached translation belongs to these
     names: dict[str, str] = field(default_factory=dict)  # language names its package gives (Argos metadata)
     term_annotations: bool = False  # trained with inline term annotations (training/annotate.py)
+    length_penalty: float = 1.0  # what it decodes with unless a request says (metadata.json: decoding)
 
     @property
     def max_source_tokens(self) -> int:
@@ -129,7 +130,7 @@ def load_model(directory: str | Path) -> ServedModel:
     return ServedModel(f"{source}-{target}", source, target, header.directory, header.config,
                        Tokenizer.from_dir(header.directory, header.config), header.parameters,
                        _fingerprint(header.directory), names,
-                       bool(header.metadata.get("term_annotations")))
+                       bool(header.metadata.get("term_annotations")), length_penalty_of(header.metadata))
 
 
 def _fingerprint(directory: Path) -> str:

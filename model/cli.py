@@ -78,7 +78,8 @@ def register(subparsers) -> None:
     p.add_argument("--n-best", type=int, default=1, help="hypotheses per line, tab-separated with scores")
     p.add_argument("--max-length", type=int, default=None, help="most new target tokens (EOS included), in place of "
                    "1.5 x source tokens + 10")
-    p.add_argument("--length-penalty", type=float, default=1.0, help="score = log-prob / length^alpha")
+    p.add_argument("--length-penalty", type=float, default=None, help="score = log-prob / length^alpha (default: "
+                   "the model's own, from its metadata.json; 1.0 where it has none)")
     p.add_argument("--batch-tokens", type=int, default=4096, help="source tokens per batch (beams included)")
     p.add_argument("--parallel", type=int, default=1, help="batches decoded at once, one thread each (CPU: try "
                    "the number of cores)")

@@ -118,4 +118,24 @@ def read_header(directory: str | Path) -> CheckpointHeader:
         tensors = {name: (info["dtype"], list(info["shape"])) for name, info in header.items() if name != "__metadata__"}
     except (OSError, ValueError, KeyError, TypeError, struct.error) as e:
         raise CheckpointError(f"{path}: unreadable ({e})") from e
+    try:
+        length_penalty_of(metadata)
+    except (ValueError, TypeError) as e:
+        raise CheckpointError(f"{d / 'metadata.json'}: {e}") from e
     return CheckpointHeader(d, config, metadata, tensors)
+
+
+# the range a length penalty may take, in a model's metadata and in a request
+MAX_LENGTH_PENALTY = 10.0
+
+
+def length_penalty_of(metadata: dict) -> float:
+    """The length penalty a model decodes with unless a caller gives one: its metadata's
+    `decoding.length_penalty` (`nmt tune-length-penalty` chooses it on the dev set), else 1.0."""
+    decoding = metadata.get("decoding") or {}
+    if not isinstance(decoding, dict):
+        raise ValueError(f"'decoding' must be an object, got {decoding!r}")
+    value = decoding.get("length_penalty", 1.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_LENGTH_PENALTY:
+        raise ValueError(f"decoding.length_penalty must be a number from 0 to {MAX_LENGTH_PENALTY:g}, got {value!r}")
+    return float(value)

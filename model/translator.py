@@ -19,7 +19,7 @@ import torch
 from model import accelerators, casing, kernels, protect
 from model.checkpoint import load_checkpoint
 from model.clean import clean_text, lone_surrogate
-from model.config import MAX_BEAM
+from model.config import MAX_BEAM, length_penalty_of
 from model.cpu.fused import FusedInt8Decoder, can_fuse, fuse
 from model.cpu.weights import Int8Linear, can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
 from model.results import Translation, TranslationResult, restore, terms_first
@@ -82,6 +82,8 @@ class Translator:
         self.reads_annotations = tokenizer.has_term_tags and bool(self.metadata.get("term_annotations"))
         # the target pieces each batch may write (model/shortlist.py): on the CPU, from the model's directory
         self.shortlist: Shortlist | None = None
+        # what translate() uses when no length penalty is given: the model's own (chosen on its dev set)
+        self.length_penalty = length_penalty_of(self.metadata)
 
     @classmethod
     def load(cls, directory: str | Path, device: str | None = None, dtype: str = "auto", prepack: bool = True,
@@ -148,13 +150,14 @@ class Translator:
         return max(1, min(self.max_length_cap, math.ceil(self.max_length_a * source_len + self.max_length_b)))
 
     def translate(self, sources: list[str] | list[list[int]], beam_size: int = 4, n_best: int = 1,
-                  length_penalty: float = 1.0, max_decoding_length: int | None = None,
+                  length_penalty: float | None = None, max_decoding_length: int | None = None,
                   return_attention: bool = False, batch_tokens: int = 4096, min_length: int = 0,
                   parallel: int = 1, terms: Terminology | list[Terminology | None] | None = None,
                   term_method: str = "auto") -> list[TranslationResult]:
-        """Translate strings (or EOS-terminated source id lists). max_decoding_length: the most new
-        target tokens (EOS included), in place of the default a * source length + b; EOS is not
-        allowed before min_length new tokens.
+        """Translate strings (or EOS-terminated source id lists). Hypotheses are ranked by log-prob
+        / length^length_penalty (None: the model's own, `self.length_penalty`). max_decoding_length:
+        the most new target tokens (EOS included), in place of the default a * source length + b;
+        EOS is not allowed before min_length new tokens.
 
         Sentences are sorted by length and packed into batches of at most batch_tokens source
         tokens (counting padding, and beams); results come back in input order. parallel > 1
@@ -173,6 +176,7 @@ class Translator:
             raise ValueError(f"beam_size must be between 1 and {MAX_BEAM}, got {beam_size}")
         if not 1 <= n_best <= beam_size:
             raise ValueError(f"n_best must be between 1 and beam_size={beam_size}, got {n_best}")
+        length_penalty = self.length_penalty if length_penalty is None else length_penalty
         if term_method not in ("auto", "annotate", "spans"):
             raise ValueError(f"term_method must be auto, annotate or spans, got {term_method!r}")
         each_terms = terms if isinstance(terms, list) else [terms] * len(sources)

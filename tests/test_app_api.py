@@ -21,7 +21,8 @@ MAX_ITEMS, MAX_CHARS = 4, 400
 @pytest.fixture(scope="module")
 def de_en(tmp_path_factory) -> Path:
     directory = make_tiny_checkpoint(tmp_path_factory.mktemp("de-en"), seed=1)
-    (directory / "metadata.json").write_text(json.dumps({"source_lang": "de", "target_lang": "en"}))
+    (directory / "metadata.json").write_text(json.dumps({"source_lang": "de", "target_lang": "en",
+                                                         "decoding": {"length_penalty": 2.5}}))
     return directory
 
 
@@ -93,6 +94,17 @@ def test_translate_list_with_alternatives_alignments_and_attention(client, offli
         attention = torch.tensor(t["attention"])
         assert attention.shape == (2, 4, len(t["target_tokens"]), len(t["source_tokens"]))
         torch.testing.assert_close(attention.sum(-1), torch.ones(attention.shape[:3]), atol=2e-3, rtol=0)
+
+
+def test_a_models_own_length_penalty_is_the_default(client):
+    models = {m["id"]: m for m in client.get("/v1/models").json()["models"]}
+    assert (models["de-en"]["length_penalty"], models["en-de"]["length_penalty"]) == (2.5, 1.0)
+    scores = lambda body: [t["score"] for t in body["translations"]]  # noqa: E731
+    texts = ["Hallo Welt, wie geht es dir heute?", "Die Datei wurde gespeichert."]
+    asked = {"text": texts, "source": "de", "target": "en", "beam_size": 2}
+    default, own = translate(client, **asked), translate(client, **asked, length_penalty=2.5)
+    plain = translate(client, **asked, length_penalty=1.0)
+    assert scores(default) == scores(own) != scores(plain)
 
 
 def test_second_model_serves_its_own_pair(client, de_en):

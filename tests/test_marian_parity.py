@@ -247,6 +247,20 @@ def test_length_cap(tmp_path, tokenizer_files, beam):
     assert all(len(h[0]) == MAX_NEW and not h[1] for hyps in hf_out for h in hyps)
 
 
+def test_generation_config_length_penalty_is_the_default(tmp_path, tokenizer_files):
+    """A model whose generation_config.json ranks with another length penalty decodes with it unless
+    a caller gives one, as `generate` does."""
+    build_hf(tmp_path / "hf", tokenizer_files, "swish", True, eos_bias=0.0)
+    path = tmp_path / "hf" / "generation_config.json"
+    gen = json.loads(path.read_text()) if path.exists() else {}
+    path.write_text(json.dumps({**gen, "length_penalty": 1.3}))
+    import_marian(tmp_path / "hf", tmp_path / "ours")
+    assert Translator.load(tmp_path / "ours", device="cpu", dtype="float32").length_penalty == 1.3
+    path.write_text(json.dumps({**gen, "length_penalty": "long"}))  # not a number: not taken
+    import_marian(tmp_path / "hf", tmp_path / "ours2")
+    assert Translator.load(tmp_path / "ours2", device="cpu", dtype="float32").length_penalty == 1.0
+
+
 @pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
 def test_text_round_trip(pair):
     """Strings through both tokenizers: the same source ids and the same translation text."""

@@ -1,10 +1,13 @@
 import io
+import json
+import shutil
 import sys
 
 import pytest
 import torch
 
 from model.cli import translate_command
+from model.config import CheckpointError
 from model.cpu.weights import Int8Linear
 from model.search import Hypothesis
 from model.translator import Translator, auto_dtype
@@ -66,6 +69,34 @@ def test_bad_options_are_rejected(translator):
         translator.translate(["x"], beam_size=2, n_best=3)
     with pytest.raises(ValueError, match="allowed: 1 to 128"):
         translator.translate(["word " * 200])
+
+
+def test_the_models_length_penalty_is_the_default(tiny_checkpoint, tmp_path, monkeypatch):
+    directory = tmp_path / "model"
+    shutil.copytree(tiny_checkpoint, directory)
+    metadata = json.loads((directory / "metadata.json").read_text())
+    assert Translator.load(directory, device="cpu", dtype="float32").length_penalty == 1.0  # none given
+    (directory / "metadata.json").write_text(json.dumps({**metadata, "decoding": {"length_penalty": 1.7}}))
+    translator = Translator.load(directory, device="cpu", dtype="float32")
+    assert translator.length_penalty == 1.7
+    used = []
+    real = translator.translate_ids
+
+    def spy(ids, beam_size, n_best, length_penalty, *rest):
+        used.append(length_penalty)
+        return real(ids, beam_size, n_best, length_penalty, *rest)
+
+    monkeypatch.setattr(translator, "translate_ids", spy)
+    default = translator.translate(SENTENCES[:2], beam_size=3, n_best=3, max_decoding_length=8)
+    given = translator.translate(SENTENCES[:2], beam_size=3, n_best=3, max_decoding_length=8, length_penalty=1.7)
+    plain = translator.translate(SENTENCES[:2], beam_size=3, n_best=3, max_decoding_length=8, length_penalty=1.0)
+    assert used == [1.7, 1.7, 1.0]
+    scores = lambda results: [h.score for r in results for h in r.hypotheses]  # noqa: E731
+    assert scores(default) == scores(given) != scores(plain)
+    for bad in ({"length_penalty": -1}, {"length_penalty": "long"}, {"length_penalty": 11}, "long"):
+        (directory / "metadata.json").write_text(json.dumps({**metadata, "decoding": bad}))
+        with pytest.raises(CheckpointError, match="decoding"):
+            Translator.load(directory, device="cpu", dtype="float32")
 
 
 def test_length_cap_rule(translator):

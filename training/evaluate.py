@@ -97,9 +97,9 @@ def placement(hypotheses: list[str], references: list[str]) -> dict | None:
 
 
 def evaluate_set(translator: Translator, sources: list[str], references: list[str], beam: int,
-                 batch_tokens: int) -> tuple[dict, list[str]]:
+                 batch_tokens: int, length_penalty: float | None = None) -> tuple[dict, list[str]]:
     start = time.perf_counter()
-    results = translator.translate(sources, beam_size=beam, batch_tokens=batch_tokens)
+    results = translator.translate(sources, beam_size=beam, batch_tokens=batch_tokens, length_penalty=length_penalty)
     seconds = time.perf_counter() - start
     hyps = [r.hypotheses[0].text for r in results]
     row = {"beam": beam, "sentences": len(sources), **score(hyps, references),
@@ -132,11 +132,12 @@ def markdown_table(rows: list[dict]) -> str:
 def evaluate(model_dir: str, data_dir: str, sets: list[str], beams: list[int], limit: int | None = None,
              threads: int = 2, batch_tokens: int = 4096, hyp_dir: str | None = None,
              dtype: str = "float32", capitals: bool = False, no_sentinels: bool = False,
-             shortlist: bool = True) -> dict:
+             shortlist: bool = True, length_penalty: float | None = None) -> dict:
     """Score each set at each beam size; with `capitals`, each set written in capitals (sources and
     references upper-cased: how the model does on text such as UI labels in capitals); with
     `no_sentinels`, the model run as if its vocabulary had no sentinel pieces: spans taken out of
-    the source and put back by the attention, as for an imported model (protect.take_out, place)."""
+    the source and put back by the attention, as for an imported model (protect.take_out, place);
+    length_penalty None: the model's own (metadata.json's decoding, `nmt tune-length-penalty`)."""
     torch.set_num_threads(threads)
     translator = Translator.load(model_dir, device="cpu", dtype=dtype, shortlist=shortlist)
     if no_sentinels:
@@ -150,7 +151,7 @@ def evaluate(model_dir: str, data_dir: str, sets: list[str], beams: list[int], l
         if capitals:
             src, ref = [s.upper() for s in src], [r.upper() for r in ref]
         for beam in beams:
-            row, hyps = evaluate_set(translator, src, ref, beam, batch_tokens)
+            row, hyps = evaluate_set(translator, src, ref, beam, batch_tokens, length_penalty)
             rows.append({"set": name, **row})
             print(f"{name} beam {beam}: BLEU {row['bleu']:.2f} chrF {row['chrf']:.2f} ±{row['chrf_ci95']:.2f} "
                   f"({row['sentences_per_s']:.1f} sent/s)", file=sys.stderr, flush=True)
@@ -160,13 +161,15 @@ def evaluate(model_dir: str, data_dir: str, sets: list[str], beams: list[int], l
     return {"model": str(model_dir), "metadata": translator.metadata, "threads": threads, "dtype": translator.dtype,
             "limit": limit, "capitals": capitals, "no_sentinels": no_sentinels,
             "shortlist": translator.shortlist is not None,
+            "length_penalty": translator.length_penalty if length_penalty is None else length_penalty,
             "results": rows}
 
 
 def eval_command(args) -> dict:
     report = evaluate(args.model, args.data, [s for s in args.sets.split(",") if s],
                       [int(b) for b in args.beams.split(",")], args.limit, args.threads, args.batch_tokens,
-                      args.hyp_dir, args.dtype, args.capitals, args.no_sentinels, not args.no_shortlist)
+                      args.hyp_dir, args.dtype, args.capitals, args.no_sentinels, not args.no_shortlist,
+                      args.length_penalty)
     print(markdown_table(report["results"]))
     for metric in ("bleu", "chrf"):
         for signature in sorted({r[f"{metric}_signature"] for r in report["results"]}):
@@ -193,6 +196,8 @@ def add_eval_args(p: argparse.ArgumentParser) -> None:
                    "references upper-cased)")
     p.add_argument("--no-shortlist", action="store_true", help="decode over the whole vocabulary even where the "
                    "model has a vocabulary shortlist (model/shortlist.py)")
+    p.add_argument("--length-penalty", type=float, help="score = log-prob / length^alpha (default: the model's "
+                   "own, from its metadata.json; 1.0 where it has none)")
     p.add_argument("--out", help="write the JSON report here")
 
 

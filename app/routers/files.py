@@ -127,7 +127,8 @@ async def _translate_texts(request: Request, service, model, texts: list[str], h
     positions = [(part, j) for part in parts for j in range(len(part.sentences))]
     prepared = [service.encode_sentence(model, sentence, f"a sentence of {filename}", terms) for sentence in sentences]
     # a model without sentinels puts the placeholders it was not shown back by the attention
-    key = BatchKey(model.id, beam_size=s.default_beam_size, n_best=1, attention=any(m for m, _ in prepared))
+    key = BatchKey(model.id, beam_size=s.default_beam_size, n_best=1, length_penalty=model.length_penalty,
+                   attention=any(m for m, _ in prepared))
     translations: list[str] = []
     for start in range(0, len(prepared), s.max_segments):
         remaining = s.file_timeout_s - (time.monotonic() - started)

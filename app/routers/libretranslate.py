@@ -156,7 +156,7 @@ async def translate_sentences(request: Request, service: Service, model: ServedM
         documents[i].placed_terms.update(taken_out.terms.values() if taken_out else ())
     # a model without sentinels puts the placeholders it was not shown back by the attention
     key = BatchKey(model.id, beam_size=max(service.settings.default_beam_size, n_best), n_best=n_best,
-                   attention=any(taken_out for taken_out, _ in prepared))
+                   length_penalty=model.length_penalty, attention=any(taken_out for taken_out, _ in prepared))
     decoded = (await service.translate_sentences(request, key, model, [ids for _, ids in prepared],
                                                  [(documents[i], j) for i, j in positions], "a sentence")).results
     results = iter(put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m else r

@@ -18,7 +18,7 @@ async def list_models(service: ServiceDep):
                   parameters=m.parameters, device=service.device_kind, dtype=service.dtype,
                   cpu_kernels=any(w.cpu_kernels for w in alive), fused=any(w.fused for w in alive),
                   int8_path=next((w.int8_path for w in alive if w.int8_path), None),
-                  max_source_tokens=m.max_source_tokens,
+                  max_source_tokens=m.max_source_tokens, length_penalty=m.length_penalty,
                   loaded_on=[w.index for w in service.pool.workers if m.id in w.loaded])
         for m in service.registry.models.values()])
 

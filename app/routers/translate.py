@@ -120,7 +120,8 @@ async def translate_one_hop(body: TranslateRequest, request: Request, service: S
     masked, sources = service.encode(model, texts, "text", terms)
     # a model without sentinels puts the spans it was not shown back by the attention
     taken_out = any(m.taken_out for m in masked)
-    key = BatchKey(model.id, body.beam_size, body.n_best, body.length_penalty, body.max_length,
+    length_penalty = model.length_penalty if body.length_penalty is None else body.length_penalty
+    key = BatchKey(model.id, body.beam_size, body.n_best, length_penalty, body.max_length,
                    attention=body.alignments or body.include_attention or taken_out)
     # each text is one sentence of a document holding its mask's own spans and terms, which a retry
     # of a missed annotated term extends (Service.translate_sentences)

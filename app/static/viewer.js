@@ -127,7 +127,7 @@ function selectedPair() {
 
 // ---------------------------------------------------------------- translating
 
-function readInt(id) {
+function readNumber(id) {
   const raw = $(id).value.trim();
   if (raw === "") return null;
   const n = Number(raw);
@@ -151,10 +151,10 @@ async function onTranslate(event) {
     text: lines.length === 1 ? lines[0] : lines,
     source: pair.source,
     target: pair.target,
-    beam_size: readInt("beam-size"),
-    n_best: readInt("n-best"),
-    length_penalty: readInt("length-penalty"),
-    max_length: readInt("max-length"),
+    beam_size: readNumber("beam-size"),
+    n_best: readNumber("n-best"),
+    length_penalty: readNumber("length-penalty"),
+    max_length: readNumber("max-length"),
     alignments: true,
     include_attention: false,
   };

@@ -34,7 +34,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from model.checkpoint import DTYPES, save_checkpoint, stored_state
-from model.config import ModelConfig
+from model.config import MAX_LENGTH_PENALTY, ModelConfig
 from model.convert import check_mapping
 from model.transformer import Transformer, sinusoidal_positions
 
@@ -348,6 +348,9 @@ def import_marian(hf_dir: str | Path, out_dir: str | Path, dtype: str = "float32
                                                      "bad_words_ids", "forced_eos_token_id") if k in gen},
         },
     }
+    alpha = gen.get("length_penalty")
+    if isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and 0 <= alpha <= MAX_LENGTH_PENALTY:
+        metadata["decoding"] = {"length_penalty": float(alpha)}  # what `generate` would rank with by default
     if codes:
         metadata["imported_from"]["language_codes"] = codes[:1000]
     save_checkpoint(out, model, hf / "source.spm", hf / "target.spm", metadata,

@@ -30,6 +30,9 @@ def _too_large(limit: int, setting: str) -> str:
 def json_shape_problem(body: bytes, max_depth: int, max_values: int) -> str | None:
     """What is wrong with the shape of a JSON body, or None. Values are counted as the commas
     between them plus one per array or object (an upper bound for valid JSON)."""
+    openers = body.count(b"[") + body.count(b"{")
+    if openers <= max_depth and openers + body.count(b",") + 1 <= max_values:
+        return None  # even counting the brackets and commas inside strings, within both limits
     depth, values = 0, 1
     for token in _JSON_TOKEN.finditer(body):
         c = body[token.start()]

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 
 import pytest
 
+from app.body_limit import json_shape_problem
 from app.documents.isolated import DocumentError, DocumentReader
 from app.documents.limits import Limits
 from app.settings import Settings
@@ -130,3 +132,12 @@ def test_many_small_texts(client):
     assert r.status_code == 400 and "NMT_MAX_ITEMS" in r.json()["error"]
     r = client.post("/v1/translate", json={"text": ["Hi"] * 65, "source": "en", "target": "de"})
     assert r.status_code == 400 and "64" in r.json()["error"]
+
+
+def test_json_shape_counts_brackets_and_commas_outside_strings_only():
+    inside_strings = json.dumps({"q": "[{" * 100 + "," * 20_000, "source": "en"}).encode()
+    assert json_shape_problem(inside_strings, 32, 10_000) is None
+    assert "32 deep" in json_shape_problem(b"[" * 33 + b"]" * 33, 32, 10_000)
+    assert json_shape_problem(b"[" * 32 + b"]" * 32, 32, 10_000) is None
+    assert "10,000 values" in json_shape_problem(json.dumps(list(range(10_000))).encode(), 32, 10_000)
+    assert json_shape_problem(json.dumps(list(range(9_998))).encode(), 32, 10_000) is None

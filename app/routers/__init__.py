@@ -26,7 +26,8 @@ def errors(*codes: int) -> dict:
     return {code: {"model": ErrorResponse, "description": _MEANINGS[code]} for code in codes}
 
 
-def get_service(request: Request) -> Service:
+async def get_service(request: Request) -> Service:
+    # async: FastAPI would run a plain function in its thread pool, a thread hop per request
     return request.app.state.service
 
 

@@ -8,6 +8,8 @@ between models. This translates the dev set
 once per candidate alpha, at the beam size the service uses, and writes the alpha with the best
 chrF into the model's metadata.json (`decoding.length_penalty`), where the Translator, `nmt
 translate`, `nmt eval` and the service take it as the default. The test sets stay out of it.
+The default candidates stop at 2.2: the shipped de-en gained 0.08 dev chrF from 2.2 to 3.0, and
+ever larger penalties rank by length more than by probability.
 """
 
 from __future__ import annotations

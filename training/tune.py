@@ -41,12 +41,12 @@ def sweep(translator: Translator, sources: list[str], references: list[str], can
     for alpha in candidates:
         results = translator.translate(sources, beam_size=beam, length_penalty=alpha, batch_tokens=batch_tokens)
         hypotheses = [r.hypotheses[0].text for r in results]
-        scores = {"chrf": round(CHRF().corpus_score(hypotheses, [references]).score, 2),
-                  "bleu": round(BLEU().corpus_score(hypotheses, [references]).score, 2)}
-        rows.append({"length_penalty": alpha, "chrf": scores["chrf"], "bleu": scores["bleu"],
-                     "length_ratio": round(length_ratio(hypotheses, references), 4)})
-        print(f"length penalty {alpha:g}: chrF {scores['chrf']:.2f} BLEU {scores['bleu']:.2f} "
-              f"length ratio {rows[-1]['length_ratio']:.3f}", file=sys.stderr, flush=True)
+        row = {"length_penalty": alpha, "chrf": round(CHRF().corpus_score(hypotheses, [references]).score, 2),
+               "bleu": round(BLEU().corpus_score(hypotheses, [references]).score, 2),
+               "length_ratio": round(length_ratio(hypotheses, references), 4)}
+        rows.append(row)
+        print(f"length penalty {alpha:g}: chrF {row['chrf']:.2f} BLEU {row['bleu']:.2f} "
+              f"length ratio {row['length_ratio']:.3f}", file=sys.stderr, flush=True)
     return rows
 
 

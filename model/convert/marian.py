@@ -25,6 +25,7 @@ unpickling.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 from pathlib import Path
@@ -34,7 +35,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from model.checkpoint import DTYPES, save_checkpoint, stored_state
-from model.config import MAX_LENGTH_PENALTY, ModelConfig
+from model.config import ModelConfig, length_penalty_of
 from model.convert import check_mapping
 from model.transformer import Transformer, sinusoidal_positions
 
@@ -349,8 +350,9 @@ def import_marian(hf_dir: str | Path, out_dir: str | Path, dtype: str = "float32
         },
     }
     alpha = gen.get("length_penalty")
-    if isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and 0 <= alpha <= MAX_LENGTH_PENALTY:
-        metadata["decoding"] = {"length_penalty": float(alpha)}  # what `generate` would rank with by default
+    with contextlib.suppress(ValueError):  # what `generate` ranks with by default, unless we cannot use it
+        if alpha is not None:
+            metadata["decoding"] = {"length_penalty": length_penalty_of({"decoding": {"length_penalty": alpha}})}
     if codes:
         metadata["imported_from"]["language_codes"] = codes[:1000]
     save_checkpoint(out, model, hf / "source.spm", hf / "target.spm", metadata,

@@ -4,15 +4,16 @@ built from held-out units.
     nmt eval-terms --model checkpoints/en-de --data /work/data/corpus-v5b --cache /work/cache \\
         --out checkpoints/en-de/terms_eval.json
 
-The glossary set: held-out sentences (test_sw, test_general) whose reference holds a Ding
-dictionary term (a 1-3 word gloss, the English side in the source) that the model, translating
-alone, does not write; each sentence's glossary is that one entry. The do-not-translate sets: held-out
+Either direction of English and German (the model's metadata says which). The glossary set:
+held-out sentences (test_sw, test_general) whose reference holds a Ding dictionary term (a 1-3
+word gloss, its source-language side in the source) that the model, translating alone, does not
+write; each sentence's glossary is that one entry. The do-not-translate sets: held-out
 sentences with a word that the reference copies as written (names: LibreOffice, GIMP, ...), and the
 same sentences with an ordinary lower-case word of the source marked do-not-translate (a product
 name that is also an English word).
 
-Reported: required terms in the translation, exactly and lemma-aware (the term's stem, German
-endings off, starting a word of the translation); do-not-translate terms kept byte for byte; chrF
+Reported: required terms in the translation, exactly and lemma-aware (the term's stem, the
+target language's common endings off, starting a word of the translation); do-not-translate terms kept byte for byte; chrF
 of the glossary set with and without the glossary; sentences/s with and without.
 """
 
@@ -35,9 +36,16 @@ from training.corpus import DING_FILE, DING_PACKAGE, parse_ding_line, read_lines
 from training.evaluate import score
 
 SETS = ("test_sw", "test_general")
-GERMAN_ENDINGS = ("en", "em", "er", "es", "e", "n", "s")
-STOPWORDS = {"the", "a", "an", "to", "of", "and", "or", "in", "on", "at", "is", "be", "it", "for", "with", "as", "by",
-             "sb.", "sth.", "not", "no", "i", "you", "he", "she", "we", "they", "this", "that"}
+# per language: endings a lemma-aware match takes off, and words too common to be a term
+ENDINGS = {"de": ("en", "em", "er", "es", "e", "n", "s"), "en": ("ing", "es", "ed", "e", "s")}
+STOPWORDS = {
+    "en": {"the", "a", "an", "to", "of", "and", "or", "in", "on", "at", "is", "be", "it", "for", "with", "as", "by",
+           "sb.", "sth.", "not", "no", "i", "you", "he", "she", "we", "they", "this", "that"},
+    "de": {"der", "die", "das", "den", "dem", "des", "ein", "eine", "einen", "einem", "einer", "und", "oder", "in",
+           "im", "an", "am", "auf", "zu", "zum", "zur", "von", "vom", "mit", "für", "ist", "sein", "es", "nicht",
+           "kein", "ich", "du", "er", "sie", "wir", "ihr", "man", "dies", "diese", "dieser", "jdn.", "jdm.",
+           "etw.", "sich"},
+}
 
 
 def words(text: str) -> list[str]:
@@ -49,10 +57,11 @@ def has_term(text: str, term: str, case: bool = True) -> bool:
     return re.search(rf"(?<!\w){re.escape(term)}(?!\w)", text, flags) is not None
 
 
-def lemma_match(text: str, term: str) -> bool:
-    """The term in any inflected form: each of its words' stems starts a word of the text."""
+def lemma_match(text: str, term: str, lang: str = "de") -> bool:
+    """The term in any inflected form: each of its words' stems (the endings of `lang` off)
+    starts a word of the text."""
     def stem(word: str) -> str:
-        for ending in GERMAN_ENDINGS:
+        for ending in ENDINGS[lang]:
             if word.endswith(ending) and len(word) - len(ending) >= 3:
                 return word[:-len(ending)]
         return word
@@ -69,21 +78,22 @@ def ding_glosses(cache: Path) -> list[tuple[str, str]]:
     pairs = set()
     for line in found[-1].read_text("utf-8", "replace").splitlines():
         for en, de in parse_ding_line(line):
-            if 1 <= len(en.split()) <= 3 and 1 <= len(de.split()) <= 3 and en.lower() not in STOPWORDS \
+            if 1 <= len(en.split()) <= 3 and 1 <= len(de.split()) <= 3 and en.lower() not in STOPWORDS["en"] \
                     and len(en) >= 3 and re.fullmatch(r"[\w' -]+", en) and re.fullmatch(r"[\w' -]+", de):
                 pairs.add((en, de))
     return sorted(pairs)
 
 
 def glossary_candidates(sources: list[str], references: list[str], glosses: list[tuple[str, str]]):
-    """Per sentence, the longest gloss whose English is in the source and German in the reference."""
+    """Per sentence, the longest gloss (source term, target term) whose source term is in the
+    source (any case) and target term in the reference (as written)."""
     by_word: dict[str, list[tuple[str, str]]] = {}
-    for en, de in glosses:
-        by_word.setdefault(en.split()[0].lower(), []).append((en, de))
+    for term, target in glosses:
+        by_word.setdefault(term.split()[0].lower(), []).append((term, target))
     out = []
     for i, (src, ref) in enumerate(zip(sources, references)):
-        options = [(en, de) for w in {w.lower() for w in words(src)} for en, de in by_word.get(w, [])
-                   if has_term(src, en, case=False) and has_term(ref, de)]
+        options = [(term, target) for w in {w.lower() for w in words(src)} for term, target in by_word.get(w, [])
+                   if has_term(src, term, case=False) and has_term(ref, target)]
         if options:
             out.append((i, max(options, key=lambda p: (len(p[0]), p))))
     return out
@@ -107,14 +117,17 @@ def evaluate(model: str, data: str, cache: str, beam: int = 4, limit: int = 400,
     translator = Translator.load(model, device="cpu", dtype=dtype)
     if no_sentinels:
         translator.tokenizer.has_sentinels = False
-    src_lang = translator.metadata.get("source_lang", "en")
-    if src_lang != "en":
-        raise SystemExit("eval-terms builds its glossary from English glosses: an en-* model")
+    src_lang, tgt_lang = translator.metadata.get("source_lang", "en"), translator.metadata.get("target_lang", "de")
+    if {src_lang, tgt_lang} != {"en", "de"}:
+        raise SystemExit(f"eval-terms takes its glossary from an English-German dictionary: an en-de or de-en "
+                         f"model, not {src_lang}-{tgt_lang}")
     glosses = ding_glosses(Path(cache))
+    if src_lang == "de":
+        glosses = [(de, en) for en, de in glosses if de.lower() not in STOPWORDS["de"] and len(de) >= 3]
     sources, references = [], []
     for name in SETS:
-        sources += read_lines(Path(data) / f"{name}.en")
-        references += read_lines(Path(data) / f"{name}.de")
+        sources += read_lines(Path(data) / f"{name}.{src_lang}")
+        references += read_lines(Path(data) / f"{name}.{tgt_lang}")
     candidates = glossary_candidates(sources, references, glosses)
     plain, _ = translate(translator, [sources[i] for i, _ in candidates], beam)
     missing = [(i, pair) for (i, pair), hyp in zip(candidates, plain) if not has_term(hyp, pair[1])]
@@ -123,7 +136,7 @@ def evaluate(model: str, data: str, cache: str, beam: int = 4, limit: int = 400,
     chosen = sorted(missing[:limit])
     src = [sources[i] for i, _ in chosen]
     ref = [references[i] for i, _ in chosen]
-    terms = [Terminology({en: de}) for _, (en, de) in chosen]
+    terms = [Terminology({term: target}) for _, (term, target) in chosen]
     # timed side by side five times, the median of each pair's ratio: this machine drifts
     seconds_without, seconds_with = [], []
     for _ in range(5):
@@ -135,20 +148,20 @@ def evaluate(model: str, data: str, cache: str, beam: int = 4, limit: int = 400,
     again = None
     if translator.reads_annotations and term_method == "auto":  # how many went twice
         first = translator.translate(src, beam_size=beam, n_best=beam, terms=terms, term_method="annotate")
-        again = sum(not any(term_used(h.text, de) for h in r.hypotheses) for r, (_, (_, de)) in zip(first, chosen))
-    exact = sum(has_term(h, de) for h, (_, (_, de)) in zip(with_terms, chosen))
-    lemma = sum(lemma_match(h, de) for h, (_, (_, de)) in zip(with_terms, chosen))
-    alone_lemma = sum(lemma_match(h, de) for h, (_, (_, de)) in zip(without, chosen))
+        again = sum(not any(term_used(h.text, t) for h in r.hypotheses) for r, (_, (_, t)) in zip(first, chosen))
+    exact = sum(has_term(h, t) for h, (_, (_, t)) in zip(with_terms, chosen))
+    lemma = sum(lemma_match(h, t, tgt_lang) for h, (_, (_, t)) in zip(with_terms, chosen))
+    alone_lemma = sum(lemma_match(h, t, tgt_lang) for h, (_, (_, t)) in zip(without, chosen))
     chrf_without, chrf_with = score(without, ref)["chrf"], score(with_terms, ref)["chrf"]
 
     # do-not-translate: names the reference copies, and ordinary words marked as names
     names, ordinary = [], []
     for s, r in zip(sources, references):
         copied = [w for w in words(s)[1:] if w[:1].isupper() and len(w) >= 3 and has_term(r, w) and w.lower() not in
-                  STOPWORDS]
+                  STOPWORDS[src_lang]]
         if copied:
             names.append((s, copied[0]))
-        common = [w for w in words(s) if w.islower() and len(w) >= 4 and w not in STOPWORDS]
+        common = [w for w in words(s) if w.islower() and len(w) >= 4 and w not in STOPWORDS[src_lang]]
         if common:
             ordinary.append((s, rng.choice(common)))
     dnt = {}
@@ -161,7 +174,8 @@ def evaluate(model: str, data: str, cache: str, beam: int = 4, limit: int = 400,
         dnt[label] = {"sentences": len(items), "kept_pct": round(100 * kept / max(1, len(items)), 2),
                       "kept_alone_pct": round(100 * alone / max(1, len(items)), 2)}
     return {
-        "model": model, "beam": beam, "dtype": translator.dtype, "threads": threads, "no_sentinels": no_sentinels,
+        "model": model, "direction": f"{src_lang}-{tgt_lang}",
+        "beam": beam, "dtype": translator.dtype, "threads": threads, "no_sentinels": no_sentinels,
         "term_method": term_method, "reads_annotations": translator.reads_annotations,
         "glossary": {
             "candidates": len(candidates), "model_alone_writes_term_pct": round(

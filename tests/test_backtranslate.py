@@ -9,7 +9,14 @@ import pytest
 
 from tests.conftest import make_tiny_checkpoint
 from training import train
-from training.backtranslate import backtranslate, backtranslated_files, build_monolingual, cookie_sentences, read_cookies
+from training.backtranslate import (
+    backtranslate,
+    backtranslated_files,
+    build_monolingual,
+    cookie_sentences,
+    read_cookies,
+    wordnet_examples,
+)
 
 GERMAN_FORTUNES = """Ein Vorurteil ist ein Irrtum, der Wurzeln geschlagen hat.
 \t\t-- Unbekannt
@@ -60,6 +67,44 @@ def test_monolingual_sentences_are_unique_and_never_a_held_out_sentence(tmp_path
     assert stats == {"de": {"sentences": 4, "dropped_heldout": 1, "kept": 3},
                      "en": {"sentences": 2, "dropped_heldout": 0, "kept": 2}}
     assert json.loads((corpus / "mono.json").read_text()) == stats
+
+
+WORDNET = {
+    "data.noun": """  1 This software and database is provided "as is" and Princeton makes no warranties.
+00001740 03 n 01 entity 0 003 | that which is perceived; "the suspect is in custody"; "a cat"
+00002137 03 n 01 thing 0 000 | a separate object; "how many things are on the list?"; "the suspect is in custody"
+""",
+    "data.verb": """00002724 29 v 01 choke 0 002 | breathe with difficulty; "She choked with emotion when she spoke"
+00003000 29 v 01 dial 0 000 | call; "dial 5551234 for help now"; "stay away from storms now"
+""",
+    "data.adj": "", "data.adv": "",
+}
+
+
+def test_wordnet_examples_become_sentences_once_each(tmp_path):
+    for name, text in WORDNET.items():
+        (tmp_path / name).write_text(text)
+    assert wordnet_examples(tmp_path) == [
+        ("wordnet", "The suspect is in custody."), ("wordnet", "How many things are on the list?"),
+        ("wordnet", "She choked with emotion when she spoke."), ("wordnet", "Stay away from storms now.")]
+    # the licence line, the two-word example and the one with a digit run give nothing
+
+
+def test_english_monolingual_text_takes_wordnet_after_the_fortunes(tmp_path):
+    corpus, en_dir, wordnet = tmp_path / "corpus", tmp_path / "en", tmp_path / "wordnet"
+    for d in (corpus, en_dir, wordnet):
+        d.mkdir()
+    for name, text in WORDNET.items():
+        (wordnet / name).write_text(text)
+    (en_dir / "wisdom").write_text("A dream will always triumph over reality.\n%\nStay away from storms now.\n")
+    (corpus / "test_general.en").write_text("How many things are on the list?\n")
+
+    stats = build_monolingual(corpus, tmp_path / "cache", {"en": [en_dir]}, wordnet)
+    assert (corpus / "mono.en").read_text().splitlines() == [
+        "A dream will always triumph over reality.", "Stay away from storms now.",
+        "The suspect is in custody.", "She choked with emotion when she spoke."]
+    assert (corpus / "mono.en.source").read_text().splitlines() == ["wisdom", "wisdom", "wordnet", "wordnet"]
+    assert stats == {"en": {"sentences": 5, "dropped_heldout": 1, "kept": 4, "wordnet_kept": 2}}
 
 
 def test_backtranslated_pairs_put_the_model_output_on_the_source_side(tmp_path):

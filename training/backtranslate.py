@@ -3,7 +3,9 @@ source written by the model of the other direction, and the pair trains this dir
 
 The only general-language text in the corpus is Ding's example sentences and the Bible; Debian
 also ships fortune cookies, monolingual, in both languages: quotations, proverbs, jokes and
-dialogue (`fortunes-de`, `fortunes`). Two steps, because the second needs a trained model:
+dialogue (`fortunes-de`, `fortunes`), and in English WordNet's usage examples, everyday
+sentences such as "the suspect is in custody" (`wordnet-base`). Two steps, because the second
+needs a trained model:
 
     nmt monolingual --data CORPUS --cache CACHE       # CORPUS/mono.de, CORPUS/mono.en
     nmt backtranslate --data CORPUS --model checkpoints/de-en
@@ -26,6 +28,8 @@ from training.corpus import SENT_END, fetch_packages, norm_key, normalize, read_
 
 FORTUNE_PACKAGES = {"de": ["fortunes-de"], "en": ["fortunes-min", "fortunes"]}  # -min: the file `fortunes`
 FORTUNE_DIRS = {"de": "usr/share/games/fortunes/de", "en": "usr/share/games/fortunes"}
+WORDNET_PACKAGE, WORDNET_DIR = "wordnet-base", "usr/share/wordnet"
+WORDNET_FILES = ("data.noun", "data.verb", "data.adj", "data.adv")
 # pictures, phrase lists with both languages, verse and other layout that is no sentence
 SKIPPED_FILES = {"art", "ascii-art", "asciiart", "translate-me", "translations", "ethnic", "songs-poems",
                  "gedichte", "zippy"}
@@ -80,26 +84,61 @@ def fortune_sentences(folders: list[Path]) -> list[tuple[str, str]]:
     return out
 
 
+def wordnet_examples(folder: Path) -> list[tuple[str, str]]:
+    """("wordnet", sentence) of every usage example in WordNet's synset glosses, each once.
+
+    A data file's synset line ends in its gloss, `| definition; "example"; "example"`; lines
+    starting with spaces are the licence. An example of 4-40 words, without markup or digit runs,
+    gets a capital first letter and a full stop where it ends without . ! or ?, as the corpus's
+    sentences have ("the suspect is in custody" -> "The suspect is in custody.").
+    """
+    seen, out = set(), []
+    for name in WORDNET_FILES:
+        for line in (folder / name).read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith(" ") or "|" not in line:
+                continue
+            for example in re.findall(r'"([^"]+)"', line.split("|", 1)[1]):
+                sentence = normalize(example)
+                if not MIN_WORDS <= len(sentence.split()) <= MAX_WORDS or NOT_PROSE_RE.search(sentence):
+                    continue
+                sentence = sentence[0].upper() + sentence[1:]
+                if not sentence.endswith(SENT_END):
+                    sentence += "."
+                if sentence not in seen and "\ufffd" not in sentence:
+                    seen.add(sentence)
+                    out.append(("wordnet", sentence))
+    return out
+
+
 def heldout_keys(corpus: Path, lang: str) -> set[str]:
     return {norm_key(line) for name in HELDOUT_SETS if (corpus / f"{name}.{lang}").exists()
             for line in read_lines(corpus / f"{name}.{lang}")}
 
 
-def build_monolingual(corpus: Path, cache: Path, folders: dict[str, list[Path]] | None = None) -> dict:
-    """Write corpus/mono.{de,en} (and mono.{de,en}.source: the fortune file of each line) from
-    the fortune packages, or from `folders` (language -> directories of fortune files); return
-    the counts per language."""
+def build_monolingual(corpus: Path, cache: Path, folders: dict[str, list[Path]] | None = None,
+                      wordnet: Path | None = None) -> dict:
+    """Write corpus/mono.{de,en} (and mono.{de,en}.source: the fortune file of each line, or
+    `wordnet`) from the fortune packages and WordNet, or from `folders` (language -> directories
+    of fortune files) and `wordnet` (WordNet's data folder, English); return the counts per
+    language."""
     if folders is None:
-        unpacked = fetch_packages([pkg for pkgs in FORTUNE_PACKAGES.values() for pkg in pkgs], cache, folder="mono")
+        packages = [pkg for pkgs in FORTUNE_PACKAGES.values() for pkg in pkgs] + [WORDNET_PACKAGE]
+        unpacked = fetch_packages(packages, cache, folder="mono")
         folders = {lang: [unpacked[pkg] / FORTUNE_DIRS[lang] for pkg in pkgs] for lang, pkgs in FORTUNE_PACKAGES.items()}
+        wordnet = unpacked[WORDNET_PACKAGE] / WORDNET_DIR
     stats = {}
     for lang, dirs in folders.items():
         found = fortune_sentences(dirs)
+        if lang == "en" and wordnet is not None:
+            in_fortunes = {s for _, s in found}
+            found += [(name, s) for name, s in wordnet_examples(wordnet) if s not in in_fortunes]
         held = heldout_keys(corpus, lang)
         kept = [(name, s) for name, s in found if norm_key(s) not in held]
         (corpus / f"mono.{lang}").write_text("".join(s + "\n" for _, s in kept), encoding="utf-8")
         (corpus / f"mono.{lang}.source").write_text("".join(name + "\n" for name, _ in kept), encoding="utf-8")
         stats[lang] = {"sentences": len(found), "dropped_heldout": len(found) - len(kept), "kept": len(kept)}
+        if lang == "en" and wordnet is not None:
+            stats[lang]["wordnet_kept"] = sum(name == "wordnet" for name, _ in kept)
     (corpus / "mono.json").write_text(json.dumps(stats, indent=2) + "\n")
     return stats
 
@@ -142,7 +181,7 @@ def _backtranslate_cli(args: argparse.Namespace) -> None:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("monolingual", help="write a corpus's monolingual sentences (mono.de, mono.en) "
-                              "from Debian's fortune packages, held-out sentences dropped")
+                              "from Debian's fortune packages and WordNet, held-out sentences dropped")
     p.add_argument("--data", required=True, help="corpus directory (`nmt corpus --out`)")
     p.add_argument("--cache", default="data/cache", help="download/extraction cache")
     p.set_defaults(func=_monolingual_cli)

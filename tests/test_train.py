@@ -378,6 +378,31 @@ def test_cooldown_of_a_fork_leaves_the_main_run_free_to_train_on(tmp_path):
         train.main(["train", "--fork", str(main_run), "--out", str(cooled), "--cooldown", "2"])
 
 
+def test_average_of_two_forks_is_the_mean_of_their_last_checkpoints(tmp_path):
+    corpus = write_corpus(tmp_path, pairs(40), pairs(40)[:4])
+    main_run = run(corpus, tmp_path / "main", "--max-tokens", "120", "--accum", "1", "--dict-keep", "2",
+                   "--lr", "2e-3", "--warmup", "4", "--max-steps", "4")
+    forks = [train.main(["train", "--fork", str(main_run), "--out", str(tmp_path / name), "--cooldown", str(n),
+                         "--max-steps", "0", "--threads", "1"]) for name, n in (("cool-a", 2), ("cool-b", 3))]
+    soup = train.main(["average", "--run", str(forks[0]), "--run", str(forks[1]), "--last", "1",
+                       "--out", str(tmp_path / "soup")])
+
+    lasts = [train.list_checkpoints(f)[-1] for f in forks]
+    assert [c.name for c in lasts] == ["step_0000006", "step_0000007"]
+    states = [load_file(str(c / "state.safetensors")) for c in lasts]
+    averaged = load_file(str(soup / "model.safetensors"))
+    name = "encoder_layers.0.ffn.w1.weight"
+    assert not torch.equal(states[0][f"model.{name}"], states[1][f"model.{name}"])
+    assert torch.allclose(averaged[name], (states[0][f"model.{name}"] + states[1][f"model.{name}"]) / 2)
+    meta = json.loads((soup / "metadata.json").read_text())
+    assert meta["averaged_checkpoints"] == [f"{forks[0]}/step_0000006", f"{forks[1]}/step_0000007"]
+    assert meta["run"]["train_state"]["step"] == 6  # the first run's counters
+
+    other = run(corpus, tmp_path / "other", "--max-tokens", "120", "--max-steps", "1", "--d-model", "48")
+    with pytest.raises(SystemExit, match="config.json is not"):
+        train.main(["average", "--run", str(forks[0]), "--run", str(other), "--out", str(tmp_path / "bad")])
+
+
 def test_direction_de_en_reads_the_same_pairs_the_other_way(tmp_path):
     rows = [(f"Open file {i} now.", f"Datei {i} jetzt öffnen.", "lohelp") for i in range(12)]
     rows += [(f"Menu {i}", f"Menü {i}", "gettext") for i in range(6)]

@@ -971,19 +971,30 @@ def term_annotation_metadata(args) -> dict:
 
 
 def average_command(args) -> Path:
-    """Average the last K checkpoints of a run into a checkpoint directory."""
-    run_dir = Path(args.run)
-    ckpts = list_checkpoints(run_dir)[-args.last:]
-    if not ckpts:
-        raise SystemExit(f"{run_dir}: no checkpoints")
-    config = ModelConfig.load(run_dir / "config.json")
+    """Average the last K checkpoints of a run into a checkpoint directory; of several runs (forks
+    of one run, cooled on different data, say: a "model soup", Wortsman et al., 2022), the last K
+    of each. The first run's settings and counters go into the metadata."""
+    run_dirs = [Path(r) for r in args.run]
+    ckpts = []
+    for run_dir in run_dirs:
+        found = list_checkpoints(run_dir)[-args.last:]
+        if not found:
+            raise SystemExit(f"{run_dir}: no checkpoints")
+        ckpts += found
+    first = run_dirs[0]
+    for run_dir in run_dirs[1:]:
+        for name in ("config.json", "spm.model"):
+            if (run_dir / name).read_bytes() != (first / name).read_bytes():
+                raise SystemExit(f"{run_dir}: its {name} is not {first}'s; only runs of one model average")
+    config = ModelConfig.load(first / "config.json")
     model = Transformer(config)
     load_weights(model, average_checkpoints(ckpts))
-    record = run_record(run_dir, ckpts[-1])
+    record = run_record(first, list_checkpoints(first)[-1])
     src_lang, tgt_lang = languages(run_direction(argparse.Namespace(**record["args"])))
-    metadata = {"source_lang": src_lang, "target_lang": tgt_lang, "averaged_checkpoints": [c.name for c in ckpts],
+    names = [c.name for c in ckpts] if len(run_dirs) == 1 else [f"{c.parent.parent}/{c.name}" for c in ckpts]
+    metadata = {"source_lang": src_lang, "target_lang": tgt_lang, "averaged_checkpoints": names,
                 "run": record, **term_annotation_metadata(argparse.Namespace(**record["args"]))}
-    save_checkpoint(Path(args.out), model, run_dir / "spm.model", run_dir / "spm.model", metadata, dtype=args.dtype)
+    save_checkpoint(Path(args.out), model, first / "spm.model", first / "spm.model", metadata, dtype=args.dtype)
     log(f"averaged {len(ckpts)} checkpoints into {args.out}")
     return Path(args.out)
 
@@ -1068,9 +1079,9 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("train", help="train an en-de Transformer (resumable)")
     add_train_args(p)
     p.set_defaults(func=train_command)
-    p = subparsers.add_parser("average", help="average the last K checkpoints of a run")
-    p.add_argument("--run", required=True)
-    p.add_argument("--last", type=int, default=5)
+    p = subparsers.add_parser("average", help="average the last K checkpoints of a run (or of each of several)")
+    p.add_argument("--run", required=True, action="append", help="run directory; again for more runs of one model")
+    p.add_argument("--last", type=int, default=5, help="checkpoints of each run")
     p.add_argument("--out", required=True)
     p.add_argument("--dtype", default="float32", choices=["float32", "float16"])
     p.set_defaults(func=average_command)

@@ -40,7 +40,7 @@ MAX_TERM_CHARS = 1024  # DeepL's limit for one glossary term (bytes of UTF-8 the
 TERM_OPEN, TERM_CLOSE = "\ue020", "\ue021"
 TERM_TAGS = (TERM_OPEN, TERM_CLOSE)
 # Endings a word may take where a dictionary form becomes inflected (German and English); see term_used
-_ENDINGS = ("en", "em", "er", "es", "e", "n", "s")
+INFLECTION_ENDINGS = ("en", "em", "er", "es", "e", "n", "s")
 MAX_INFLECTION = 3  # letters an inflected word may have after the term word's stem ("-ern", "-en")
 
 
@@ -134,7 +134,7 @@ def term_used(translation: str, term: str) -> bool:
     MAX_INFLECTION more letters, in order, case-insensitively ("Datei" in "Dateien", "neue" in
     "neuen", "Ordner" in "Ordners"; not "Akte" in "aktiviert")."""
     def stem(word: str) -> str:
-        for ending in _ENDINGS:
+        for ending in INFLECTION_ENDINGS:
             if word.endswith(ending) and len(word) - len(ending) >= 3:
                 return word[:-len(ending)]
         return word

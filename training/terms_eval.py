@@ -30,14 +30,14 @@ from pathlib import Path
 
 import torch
 
-from model.terms import Terminology, term_used
+from model.terms import INFLECTION_ENDINGS, Terminology, term_used
 from model.translator import Translator
 from training.corpus import DING_FILE, DING_PACKAGE, parse_ding_line, read_lines
 from training.evaluate import score
 
 SETS = ("test_sw", "test_general")
 # per language: endings a lemma-aware match takes off, and words too common to be a term
-ENDINGS = {"de": ("en", "em", "er", "es", "e", "n", "s"), "en": ("ing", "es", "ed", "e", "s")}
+ENDINGS = {"de": INFLECTION_ENDINGS, "en": ("ing", "es", "ed", "e", "s")}
 STOPWORDS = {
     "en": {"the", "a", "an", "to", "of", "and", "or", "in", "on", "at", "is", "be", "it", "for", "with", "as", "by",
            "sb.", "sth.", "not", "no", "i", "you", "he", "she", "we", "they", "this", "that"},

@@ -975,12 +975,11 @@ def average_command(args) -> Path:
     of one run, cooled on different data, say: a "model soup", Wortsman et al., 2022), the last K
     of each. The first run's settings and counters go into the metadata."""
     run_dirs = [Path(r) for r in args.run]
-    ckpts = []
-    for run_dir in run_dirs:
-        found = list_checkpoints(run_dir)[-args.last:]
+    per_run = [list_checkpoints(run_dir)[-args.last:] for run_dir in run_dirs]
+    for run_dir, found in zip(run_dirs, per_run):
         if not found:
             raise SystemExit(f"{run_dir}: no checkpoints")
-        ckpts += found
+    ckpts = [c for found in per_run for c in found]
     first = run_dirs[0]
     for run_dir in run_dirs[1:]:
         for name in ("config.json", "spm.model"):
@@ -989,7 +988,7 @@ def average_command(args) -> Path:
     config = ModelConfig.load(first / "config.json")
     model = Transformer(config)
     load_weights(model, average_checkpoints(ckpts))
-    record = run_record(first, list_checkpoints(first)[-1])
+    record = run_record(first, per_run[0][-1])
     src_lang, tgt_lang = languages(run_direction(argparse.Namespace(**record["args"])))
     names = [c.name for c in ckpts] if len(run_dirs) == 1 else [f"{c.parent.parent}/{c.name}" for c in ckpts]
     metadata = {"source_lang": src_lang, "target_lang": tgt_lang, "averaged_checkpoints": names,

@@ -297,6 +297,16 @@ def test_a_run_with_term_annotations_writes_a_model_that_reads_them(tmp_path):
     plain = run(corpus, tmp_path / "plain", "--max-steps", "1", "--max-tokens", "200")
     assert not Translator.load(plain / "final", device="cpu", dtype="float32").reads_annotations
 
+    # a fork of the plain run learns to read them while it cools: --term-annotations goes with --switch-data
+    with pytest.raises(SystemExit, match="goes with --switch-data"):
+        train.main(["train", "--fork", str(plain), "--out", str(tmp_path / "refused"), "--term-annotations", "1"])
+    train.main(["train", "--fork", str(plain), "--out", str(tmp_path / "fork"), "--switch-data", str(corpus),
+                "--term-annotations", "1", "--cache", str(tmp_path / "cache"), "--cooldown", "2", "--max-steps", "3",
+                "--threads", "1"])
+    meta = json.loads((tmp_path / "fork" / "final" / "metadata.json").read_text())
+    assert meta["term_annotations"] == 1.0 and meta["training"]["data"]["term_annotated_pairs"] > 0
+    assert Translator.load(tmp_path / "fork" / "final", device="cpu", dtype="float32").reads_annotations
+
 
 def test_subsample_cuts_and_repeat_repeats_a_source(tmp_path):
     rows = [(f"Bible verse number {i}.", f"Bibelvers Nummer {i}.", "bible") for i in range(10)]

@@ -878,7 +878,8 @@ def vars_of(args) -> dict:
     return {k: v for k, v in vars(args).items() if k != "func"}
 
 
-def data_switch(saved: dict, corpus: str, repeat: str | None, back_translated: bool | None = None) -> dict:
+def data_switch(saved: dict, corpus: str, repeat: str | None, back_translated: bool | None = None,
+                term_annotations: float | None = None, cache: str | None = None) -> dict:
     """The settings a resumed run takes on with --switch-data, after checking that the new
     corpus holds out the very dev set the run's dev curve was measured on."""
     old, new = Path(saved["data"]), Path(corpus)
@@ -886,8 +887,11 @@ def data_switch(saved: dict, corpus: str, repeat: str | None, back_translated: b
         if not (new / name).exists() or (new / name).read_bytes() != (old / name).read_bytes():
             raise SystemExit(f"--switch-data {new}: its {name} is not the run's ({old / name}); the dev curve "
                              "would not be comparable")
-    return {"data": str(new), "repeat": repeat if repeat is not None else saved.get("repeat"),
-            "back_translated": back_translated if back_translated is not None else saved.get("back_translated")}
+    switch = {"data": str(new), "repeat": repeat if repeat is not None else saved.get("repeat"),
+              "back_translated": back_translated if back_translated is not None else saved.get("back_translated")}
+    if term_annotations is not None:  # e.g. a fork that learns to read glossaries while it cools
+        switch.update(term_annotations=term_annotations, cache=cache or saved.get("cache", "data/cache"))
+    return switch
 
 
 def fork_run(source: Path, run_dir: Path) -> None:
@@ -921,11 +925,12 @@ def train_command(args) -> Path:
         run_dir = Path(args.out)
         saved = json.loads((run_dir / "args.json").read_text())
         if args.switch_data:
-            switch = data_switch(saved, args.switch_data, args.repeat, args.back_translated)
+            switch = data_switch(saved, args.switch_data, args.repeat, args.back_translated,
+                                 args.term_annotations, args.cache)
             given.update(switch)
-        elif args.repeat is not None or args.back_translated is not None:
-            raise SystemExit("--repeat or --back-translated on --resume changes the data mix: it goes with "
-                             "--switch-data")
+        elif args.repeat is not None or args.back_translated is not None or args.term_annotations is not None:
+            raise SystemExit("--repeat, --back-translated or --term-annotations on --resume changes the data "
+                             "mix: it goes with --switch-data")
         args = argparse.Namespace(**{**RUN_CONTROL_DEFAULTS, **saved, **given, "resume": True, "switch_data": None})
     elif args.switch_data:
         raise SystemExit("--switch-data goes with --resume")
@@ -937,6 +942,8 @@ def train_command(args) -> Path:
         run_dir = Path(args.out)
     else:
         args = argparse.Namespace(**{**vars(args), **RUN_CONTROL_DEFAULTS, **given})
+        args.term_annotations = args.term_annotations or 0.0
+        args.cache = args.cache or "data/cache"
         run_dir = prepare_run(args)
     # deliberate: 2 cores, shared with other jobs; see --threads
     torch.set_num_threads(args.threads)
@@ -1037,10 +1044,11 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
                    "sentinels of protected spans) and shape; Adam and the schedule start afresh")
     g.add_argument("--grow-encoder", type=int, help="with --init-from: this many encoder layers, a multiple of "
                    "the checkpoint's; each trained layer is followed by copies that start as the identity")
-    g.add_argument("--term-annotations", type=float, default=0.0, metavar="SHARE",
+    g.add_argument("--term-annotations", type=float, metavar="SHARE",
                    help="examine this share of the pairs for inline target-term annotations from the Ding "
-                   "dictionary (training/annotate.py; needs --cache); the model then reads glossaries that way")
-    g.add_argument("--cache", default="data/cache", help="`nmt corpus`'s cache (the Ding dictionary)")
+                   "dictionary (training/annotate.py; needs --cache); the model then reads glossaries that way "
+                   "(default 0; with --resume, goes with --switch-data)")
+    g.add_argument("--cache", help="`nmt corpus`'s cache (the Ding dictionary; default data/cache)")
     g.add_argument("--max-len", type=int, default=128, help="drop pairs with a side this long (tokens)")
     g.add_argument("--max-tokens", type=int, default=2500, help="padded tokens (longest side) per batch")
     g.add_argument("--accum", type=int, default=2, help="batches per optimizer step")

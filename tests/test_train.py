@@ -307,6 +307,15 @@ def test_a_run_with_term_annotations_writes_a_model_that_reads_them(tmp_path):
     assert meta["term_annotations"] == 1.0 and meta["training"]["data"]["term_annotated_pairs"] > 0
     assert Translator.load(tmp_path / "fork" / "final", device="cpu", dtype="float32").reads_annotations
 
+    # a vocabulary without the annotation tags (a run older than them) is refused, not trained on
+    text = tmp_path / "text.txt"
+    text.write_text("".join(f"{en}\n{de}\n" for en, de in pairs(60)), encoding="utf-8")
+    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(tmp_path / "old"), vocab_size=60,
+                                   hard_vocab_limit=False, minloglevel=2)
+    with pytest.raises(SystemExit, match="no pieces for the annotation tags"):
+        run(corpus, tmp_path / "old_vocab", "--spm", str(tmp_path / "old.model"), "--max-steps", "1",
+            "--term-annotations", "1", "--cache", str(tmp_path / "cache"))
+
 
 def test_subsample_cuts_and_repeat_repeats_a_source(tmp_path):
     rows = [(f"Bible verse number {i}.", f"Bibelvers Nummer {i}.", "bible") for i in range(10)]

@@ -546,6 +546,10 @@ class Trainer:
         a, c = self.args, self.config
         share = getattr(a, "term_annotations", 0.0)  # runs older than --term-annotations lack it
         glosses = None
+        if share > 0 and not self.tokenizer.has_term_tags:
+            raise SystemExit(f"--term-annotations: {self.sp_path} has no pieces for the annotation tags "
+                             f"{' '.join(TERM_TAGS)}, so the model could not read them; start a run from these "
+                             "weights with --init-from, which adds the tags to the vocabulary")
         if share > 0:
             glosses = noun_glosses(ding_glosses(Path(a.cache)))
             if languages(run_direction(a))[0] == "de":

@@ -300,6 +300,7 @@ def test_a_run_with_term_annotations_writes_a_model_that_reads_them(tmp_path):
     # a fork of the plain run learns to read them while it cools: --term-annotations goes with --switch-data
     with pytest.raises(SystemExit, match="goes with --switch-data"):
         train.main(["train", "--fork", str(plain), "--out", str(tmp_path / "refused"), "--term-annotations", "1"])
+    assert not (tmp_path / "refused").exists()
     train.main(["train", "--fork", str(plain), "--out", str(tmp_path / "fork"), "--switch-data", str(corpus),
                 "--term-annotations", "1", "--cache", str(tmp_path / "cache"), "--cooldown", "2", "--max-steps", "3",
                 "--threads", "1"])

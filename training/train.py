@@ -920,6 +920,10 @@ def train_command(args) -> Path:
     given = {k: getattr(args, k) for k in RUN_CONTROL_DEFAULTS if getattr(args, k) is not None}
     record = None
     switch = None
+    changes_mix = args.repeat is not None or args.back_translated is not None or args.term_annotations is not None
+    if (args.fork or args.resume) and changes_mix and not args.switch_data:
+        raise SystemExit("--repeat, --back-translated or --term-annotations on --resume or --fork changes the "
+                         "data mix: it goes with --switch-data")
     if args.fork:
         if args.resume or args.restore:
             raise SystemExit("--fork starts a new run from another's last checkpoint: no --resume or --restore")
@@ -932,9 +936,6 @@ def train_command(args) -> Path:
             switch = data_switch(saved, args.switch_data, args.repeat, args.back_translated,
                                  args.term_annotations, args.cache)
             given.update(switch)
-        elif args.repeat is not None or args.back_translated is not None or args.term_annotations is not None:
-            raise SystemExit("--repeat, --back-translated or --term-annotations on --resume changes the data "
-                             "mix: it goes with --switch-data")
         args = argparse.Namespace(**{**RUN_CONTROL_DEFAULTS, **saved, **given, "resume": True, "switch_data": None})
     elif args.switch_data:
         raise SystemExit("--switch-data goes with --resume")

@@ -61,6 +61,7 @@ SPECIAL_IDS = dict(pad_id=0, unk_id=1, bos_id=2, eos_id=3)
 # Arguments a resumed run may change when given; everything else comes from the run's args.json.
 RUN_CONTROL_DEFAULTS = {"time_budget": 0.0, "max_steps": 0, "threads": 2, "save_minutes": 5.0, "save_every": 0,
                         "log_every": 25, "bf16": False, "cooldown": 0}
+DEFAULT_CACHE = "data/cache"  # `nmt corpus`'s download cache, where --term-annotations finds the Ding dictionary
 # A run restored from weights alone (--restore) starts with empty Adam moments; its first updates
 # would be sign(gradient) * lr for every parameter, so the learning rate ramps up over these steps.
 RESTORE_REWARM_STEPS = 100
@@ -546,11 +547,11 @@ class Trainer:
         a, c = self.args, self.config
         share = getattr(a, "term_annotations", 0.0)  # runs older than --term-annotations lack it
         glosses = None
-        if share > 0 and not self.tokenizer.has_term_tags:
-            raise SystemExit(f"--term-annotations: {self.sp_path} has no pieces for the annotation tags "
-                             f"{' '.join(TERM_TAGS)}, so the model could not read them; start a run from these "
-                             "weights with --init-from, which adds the tags to the vocabulary")
         if share > 0:
+            if not self.tokenizer.has_term_tags:
+                raise SystemExit(f"--term-annotations: {self.sp_path} has no pieces for the annotation tags "
+                                 f"{' '.join(TERM_TAGS)}, so the model could not read them; start a run from "
+                                 "these weights with --init-from, which adds the tags to the vocabulary")
             glosses = noun_glosses(ding_glosses(Path(a.cache)))
             if languages(run_direction(a))[0] == "de":
                 glosses = [(de, en) for en, de in glosses]
@@ -894,7 +895,7 @@ def data_switch(saved: dict, corpus: str, repeat: str | None, back_translated: b
     switch = {"data": str(new), "repeat": repeat if repeat is not None else saved.get("repeat"),
               "back_translated": back_translated if back_translated is not None else saved.get("back_translated")}
     if term_annotations is not None:  # e.g. a fork that learns to read glossaries while it cools
-        switch.update(term_annotations=term_annotations, cache=cache or saved.get("cache", "data/cache"))
+        switch.update(term_annotations=term_annotations, cache=cache or saved.get("cache", DEFAULT_CACHE))
     return switch
 
 
@@ -948,7 +949,7 @@ def train_command(args) -> Path:
     else:
         args = argparse.Namespace(**{**vars(args), **RUN_CONTROL_DEFAULTS, **given})
         args.term_annotations = args.term_annotations or 0.0
-        args.cache = args.cache or "data/cache"
+        args.cache = args.cache or DEFAULT_CACHE
         run_dir = prepare_run(args)
     # deliberate: 2 cores, shared with other jobs; see --threads
     torch.set_num_threads(args.threads)
@@ -1053,7 +1054,7 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
                    help="examine this share of the pairs for inline target-term annotations from the Ding "
                    "dictionary (training/annotate.py; needs --cache); the model then reads glossaries that way "
                    "(default 0; with --resume, goes with --switch-data)")
-    g.add_argument("--cache", help="`nmt corpus`'s cache (the Ding dictionary; default data/cache)")
+    g.add_argument("--cache", help=f"`nmt corpus`'s cache (the Ding dictionary; default {DEFAULT_CACHE})")
     g.add_argument("--max-len", type=int, default=128, help="drop pairs with a side this long (tokens)")
     g.add_argument("--max-tokens", type=int, default=2500, help="padded tokens (longest side) per batch")
     g.add_argument("--accum", type=int, default=2, help="batches per optimizer step")

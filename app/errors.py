@@ -111,8 +111,9 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StorageUnavailable)
     async def storage_unavailable(request: Request, exc: StorageUnavailable):
-        return error_response(503, f"this needs the shared store, which is unavailable: {exc}; translation without "
-                              "it still works (alignments, files and keys in Redis do not)")
+        log.warning("%s %s: %s", request.method, request.url.path, exc.detail)
+        return error_response(503, "this needs the shared store, which is unavailable; translation without it still "
+                              "works (alignments, files and keys in Redis do not)")
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):

@@ -1,8 +1,9 @@
 """Requests per minute per client, as LibreTranslate limits them: a key's `req_limit`, else the
 server's NMT_REQ_LIMIT per client address; past it, 429 "Slowdown: N per 1 minute".
 
-A request is admitted while the client's count over the last minute is under its limit, and then
-counts as many requests as it has texts (a batch of 10 costs 10, as in LibreTranslate). The
+A request is admitted while the client's count over the last minute and its own cost together
+stay within the limit; it counts as many requests as it has texts (a batch of 10 costs 10, as in
+LibreTranslate), and once split, as many as it has sentences. The
 last minute is a sliding window estimated from two fixed ones: the previous minute's count,
 weighted by how much of it the window still covers, plus the current minute's. The counters
 live in the service's storage (app/storage.py): this process, or Redis, shared by every replica.
@@ -28,21 +29,24 @@ class RateLimiter:
         self.storage, self.clock = storage, clock
 
     async def admit(self, client: str, limit: int, cost: int = 1) -> float | None:
-        """None when `client` is under `limit` requests per minute (0: no limit), and its `cost`
-        is counted; else the seconds until it is likely under again (Retry-After)."""
+        """None when `client`'s count over the last minute plus `cost` is within `limit` (0: no
+        limit), and its `cost` is counted; else the seconds until it is likely to be (Retry-After),
+        infinite for a cost over the limit itself."""
         if limit <= 0:
             return None
+        if cost > limit:
+            return math.inf
         now = self.clock()
         window = math.floor(now / WINDOW_S)
         covered = 1.0 - (now / WINDOW_S - window)  # share of the previous minute still in the last 60 s
         counter = f"limit:{client}:{window}"
         current = await self.storage.add(counter, cost, 2 * WINDOW_S) - cost  # this minute's count before us
         previous = await self.storage.add(f"limit:{client}:{window - 1}", 0, 2 * WINDOW_S)
-        if previous * covered + current < limit:
+        if previous * covered + current + cost <= limit:
             return None
         await self.storage.add(counter, -cost, 2 * WINDOW_S)  # refused: not counted
-        if current >= limit:  # only the next minute frees it
+        if current + cost > limit:  # only the next minute frees it
             return (window + 1) * WINDOW_S - now
-        # the previous minute's weight fades linearly: when does it fall under limit - current?
-        under_at = (1.0 - (limit - current) / previous) * WINDOW_S  # seconds into this minute
+        # the previous minute's weight fades linearly: when does it fall to limit - current - cost?
+        under_at = (1.0 - (limit - current - cost) / previous) * WINDOW_S  # seconds into this minute
         return max(1.0, under_at - (now - window * WINDOW_S))

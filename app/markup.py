@@ -52,6 +52,27 @@ def _keeps_content(tag: str, attrs: list[tuple[str, str | None]]) -> bool:
             or "notranslate" in values.get("class", "").split())
 
 
+_MARKUP_START = re.compile(r"<[A-Za-z/!?]")
+_STAND_INS = "\ufdd0\ufdd1\ufdd2\ufdd3\ufdd4\ufdd5\ufdd6\ufdd7"  # noncharacters: never in real text
+
+
+def _unclosed_tail_as_text(document: str) -> tuple[str | None, str]:
+    """(stand-in, document): HTMLParser reads markup that starts after the document's last '>'
+    as text, but only after it has looked for each such tag's end through the rest of the
+    document: `'<a ' * 8000` costs it seconds, growing with the square of the length. That tail
+    is given to it with each '<' replaced by a stand-in of the same length, which handle_data
+    turns back: the same parts at the same offsets, in linear time. (None, document) when the
+    tail holds no markup, or when every stand-in occurs in the document (then it is read as is)."""
+    cut = document.rfind(">") + 1
+    if not _MARKUP_START.search(document, cut):
+        return None, document
+    decoded = unescape(document)
+    stand_in = next((c for c in _STAND_INS if c not in document and c not in decoded), None)
+    if stand_in is None:
+        return None, document
+    return stand_in, document[:cut] + document[cut:].replace("<", stand_in)
+
+
 class _Scanner(HTMLParser):
     """Where each part of a document starts, and for text: its decoded content and whether an
     enclosing element keeps it as written. Only the starts are recorded: a part runs until the
@@ -64,6 +85,7 @@ class _Scanner(HTMLParser):
         self.parts: list[tuple[int, str | None]] = []  # (start, text to translate or None)
         self.inline: set[int] = set()  # starts of the tags of inline elements outside kept content
         self.open: list[tuple[str, bool]] = []  # open elements, and whether their content is kept
+        self.stand_in, document = _unclosed_tail_as_text(document)
         self.feed(document)
         self.close()
 
@@ -99,6 +121,8 @@ class _Scanner(HTMLParser):
             del self.open[len(names) - 1 - names[::-1].index(tag):]
 
     def handle_data(self, data):
+        if self.stand_in:
+            data = data.replace(self.stand_in, "<")
         self.parts.append((self._start(), None if self._keeping else data))
 
     def handle_comment(self, data):
@@ -125,17 +149,17 @@ def _runs(document: str, inline: set[int] | None = None, max_depth: int = MAX_DE
     parts = scanner.parts
     if not parts or parts[0][0] > 0:
         parts.insert(0, (0, None))
-    runs: list[tuple[str, str | None]] = []
+    runs: list[tuple[int, int, list[str] | None]] = []  # (start, end, text pieces or None)
     ends = [start for start, _ in parts[1:]] + [len(document)]
     for (start, text), end in zip(parts, ends):
-        raw = document[start:end]
-        if text is not None and runs and runs[-1][1] is not None:  # text arrives in pieces ("a ", "<", " b")
-            raw, text = runs[-1][0] + raw, runs[-1][1] + text
-            runs.pop()
+        if text is not None and runs and runs[-1][2] is not None:  # text arrives in pieces ("a ", "<", " b")
+            runs[-1][2].append(text)
+            runs[-1] = (runs[-1][0], end, runs[-1][2])
+            continue
         if inline is not None and start in scanner.inline:
             inline.add(len(runs))
-        runs.append((raw, text))
-    return runs
+        runs.append((start, end, None if text is None else [text]))
+    return [(document[start:end], None if pieces is None else "".join(pieces)) for start, end, pieces in runs]
 
 
 def split_html(document: str, max_depth: int = MAX_DEPTH) -> tuple[list[str], list[str]]:
@@ -143,18 +167,19 @@ def split_html(document: str, max_depth: int = MAX_DEPTH) -> tuple[list[str], li
     whitespace left out) and the markup around them, as written: tags with their attributes,
     comments, doctype, and the text not to translate: that of script, style, code, pre and
     textarea, of elements with translate="no" or class "notranslate", and text without a letter."""
-    markup, texts = [""], []
+    markup: list[list[str]] = [[]]  # the parts of each stretch of markup
+    texts: list[str] = []
     for raw, text in _runs(document, max_depth=max_depth):
         # raw and text disagree when the parser dropped something inside the run: keep it all
         if text is None or not translatable(text) or unescape(raw) != text:
-            markup[-1] += raw
+            markup[-1].append(raw)
             continue
         core = text.strip()
         lead = text[:len(text) - len(text.lstrip())]
-        markup[-1] += lead
+        markup[-1].append(lead)
         texts.append(core)
-        markup.append(text[len(lead) + len(core):])
-    return markup, texts
+        markup.append([text[len(lead) + len(core):]])
+    return ["".join(parts) for parts in markup], texts
 
 
 def join_html(markup: list[str], texts: list[str]) -> str:
@@ -164,14 +189,14 @@ def join_html(markup: list[str], texts: list[str]) -> str:
 def split_html_sentences(document: str, max_depth: int = MAX_DEPTH) -> tuple[list[str], list[str]]:
     """split_html, then each text run split into sentences (for join_html)."""
     markup, runs = split_html(document, max_depth)
-    between, sentences = [markup[0]], []
+    between, sentences = [[markup[0]]], []  # between: the parts of each stretch
     for run, after in zip(runs, markup[1:]):
         gaps, pieces = split_sentences(run)
-        between[-1] += escape(gaps[0], quote=False)  # a gap may hold text without letters, "&" or "<"
+        between[-1].append(escape(gaps[0], quote=False))  # a gap may hold text without letters, "&" or "<"
         sentences += pieces
-        between += [escape(gap, quote=False) for gap in gaps[1:]]
-        between[-1] += after
-    return between, sentences
+        between += [[escape(gap, quote=False)] for gap in gaps[1:]]
+        between[-1].append(after)
+    return ["".join(parts) for parts in between], sentences
 
 
 # --- documents with protected spans -------------------------------------------------------------
@@ -238,10 +263,11 @@ def split_document(document: str, html: bool, spans: bool, foreign: Callable[[st
     if not spans:
         between, sentences = split_html_sentences(document, max_depth)
         return Document(between, sentences, [], True)
-    between, segments, all_spans, all_terms, annotations = [""], [], [], {}, []
+    between: list[list[str]] = [[]]  # the parts of each stretch between sentences
+    segments, all_spans, all_terms, annotations = [], [], {}, []
     for segment in _segments(document, max_depth):
         if isinstance(segment, str):
-            between[-1] += segment
+            between[-1].append(segment)
             continue
         masked = _mask_segment(segment, len(all_spans), foreign, terms, annotate)
         all_spans += masked.spans[len(all_spans):]
@@ -251,10 +277,11 @@ def split_document(document: str, html: bool, spans: bool, foreign: Callable[[st
         lead, trail = masked.text[:len(masked.text) - len(masked.text.lstrip())], masked.text[len(masked.text.rstrip()):]
         gaps, sentences = split_sentences(core)
         segments += sentences
-        between[-1] += lead + protect.unmask(escape(gaps[0], quote=False), all_spans)
-        between += [protect.unmask(escape(g, quote=False), all_spans) for g in gaps[1:]]
-        between[-1] += trail
-    return Document(between, segments, all_spans, True, all_terms, annotations=annotations)
+        between[-1] += [lead, protect.unmask(escape(gaps[0], quote=False), all_spans)]
+        between += [[protect.unmask(escape(g, quote=False), all_spans)] for g in gaps[1:]]
+        between[-1].append(trail)
+    return Document(["".join(parts) for parts in between], segments, all_spans, True, all_terms,
+                    annotations=annotations)
 
 
 def _segments(document: str, max_depth: int = MAX_DEPTH) -> list[str | list[tuple[str, str | None]]]:
@@ -266,9 +293,11 @@ def _segments(document: str, max_depth: int = MAX_DEPTH) -> list[str | list[tupl
     current: list[tuple[str, str | None]] = []
 
     def flush():
-        trailing = []
-        while current and current[-1][1] is None:  # tags at the end stay outside
-            trailing.insert(0, current.pop()[0])
+        cut = len(current)
+        while cut and current[cut - 1][1] is None:  # tags at the end stay outside
+            cut -= 1
+        trailing = [raw for raw, _ in current[cut:]]
+        del current[cut:]
         if current and translatable("".join(t for _, t in current if t)):
             out.append(list(current))
         elif current:

@@ -163,7 +163,8 @@ class Service:
 
     def client_address(self, request: Request) -> str:
         if self.settings.trust_forwarded_for and request.headers.get("x-forwarded-for"):
-            return request.headers["x-forwarded-for"].split(",")[0].strip()
+            # the proxy in front appends the address it saw; what stands left of it the client wrote
+            return request.headers["x-forwarded-for"].split(",")[-1].strip() or "unknown"
         return request.client.host if request.client else "unknown"
 
     async def admit(self, request: Request, key: str | None, cost: int = 1) -> int:
@@ -186,17 +187,33 @@ class Service:
             client, limit = "key:" + hashlib.sha256(encoded).hexdigest()[:32], api_key.req_limit
         else:
             client, limit = "address:" + self.client_address(request), s.req_limit
+        await self._count(client, limit, cost)
+        request.state.rate_limited_as = (client, limit)  # for charge(): what the request turns out to cost
+        char_limit = (api_key.char_limit if api_key and api_key.char_limit else s.char_limit) or s.max_chars
+        return min(char_limit, s.max_chars)
+
+    async def charge(self, request: Request, cost: int) -> None:
+        """Count `cost` more against the client admit() counted this request for, once the request
+        shows what it holds (its sentences): a 429 when the client's count and the cost together
+        pass its limit."""
+        client, limit = getattr(request.state, "rate_limited_as", (None, 0))
+        if client is not None and cost > 0:
+            await self._count(client, limit, cost)
+
+    async def _count(self, client: str, limit: int, cost: int) -> None:
         try:
             retry_after = await self.limiter.admit(client, limit, cost)
         except StorageUnavailable as e:  # translation goes on without shared counts; /ready says why
-            log.warning("rate limit not counted: %s", e)
+            log.warning("rate limit not counted: %s", e.detail)
             self.metrics.storage_errors.labels("limit").inc()
             retry_after = None
-        if retry_after is not None:
-            self.metrics.rate_limited.inc()
-            raise ApiError(429, f"Slowdown: {limit} per 1 minute", {"Retry-After": str(math.ceil(retry_after))})
-        char_limit = (api_key.char_limit if api_key and api_key.char_limit else s.char_limit) or s.max_chars
-        return min(char_limit, s.max_chars)
+        if retry_after is None:
+            return
+        self.metrics.rate_limited.inc()
+        if math.isinf(retry_after):
+            raise ApiError(429, f"Slowdown: {limit} per 1 minute; this request alone costs {cost} (a text or a "
+                           "sentence each): send fewer texts per request")
+        raise ApiError(429, f"Slowdown: {limit} per 1 minute", {"Retry-After": str(math.ceil(retry_after))})
 
     def resolve(self, source: str, target: str, text: str = "") -> tuple[ServedModel, float | None]:
         """The model, and with source 'auto' the confidence of the language chosen (see Registry.resolve;
@@ -266,8 +283,8 @@ class Service:
         """A request's terminology: its own glossary and do-not-translate terms, and the entries of
         the stored glossary `glossary_id` of its key (app/glossaries.py), which must be of the
         model's language pair. A 400 says what is wrong with them (an unknown id too)."""
-        try:
-            terms = inline_terminology(glossary, do_not_translate)
+        try:  # up to a body of terms: off the event loop
+            terms = await asyncio.to_thread(inline_terminology, glossary, do_not_translate)
         except TermError as e:
             raise ApiError(400, str(e)) from None
         if glossary_id:
@@ -287,7 +304,7 @@ class Service:
         try:
             return await self.storage.add(f"usage:{owner or 'anonymous'}:{month}", characters, 40 * 86400)
         except StorageUnavailable as e:
-            log.warning("usage not counted: %s", e)
+            log.warning("usage not counted: %s", e.detail)
             return 0
 
     def second_leg_terms(self, glossary, do_not_translate) -> list[str] | None:
@@ -366,7 +383,7 @@ class Service:
             try:
                 results = await self.cache.get(cache_keys)
             except StorageUnavailable as e:  # decode everything
-                log.warning("translation cache skipped: %s", e)
+                log.warning("translation cache skipped: %s", e.detail)
                 self.metrics.storage_errors.labels("cache").inc()
             hits = sum(r is not None for r in results)
             self.metrics.cache_lookups.labels("hit").inc(hits)
@@ -403,7 +420,7 @@ class Service:
             try:  # before the routes put spans back into these results (in place)
                 await self.cache.put([cache_keys[i] for i in missing], decoded)
             except StorageUnavailable as e:
-                log.warning("translation not cached: %s", e)
+                log.warning("translation not cached: %s", e.detail)
                 self.metrics.storage_errors.labels("cache").inc()
         for i, result in zip(missing, decoded):
             results[i] = result

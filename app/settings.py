@@ -84,8 +84,10 @@ class Settings(BaseSettings):
                            "replaces it.")
     char_limit: int = Field(0, ge=0, description="Characters per text for clients without a key's own char_limit; "
                             "0: NMT_MAX_CHARS. Never above NMT_MAX_CHARS.")
-    trust_forwarded_for: bool = Field(False, description="Count limits by the first X-Forwarded-For address (set "
-                                      "it behind a proxy that writes that header, and only then).")
+    trust_forwarded_for: bool = Field(False, description="Count limits by the last X-Forwarded-For address, the "
+                                      "one the proxy in front of the service appended (set it behind one proxy that "
+                                      "appends to that header, as nginx's $proxy_add_x_forwarded_for does, and only "
+                                      "then); the addresses left of it are the client's to write.")
     suggestions: bool = Field(False, description="Accept POST /suggest (stored in NMT_SUGGESTIONS_DB).")
     suggestions_db: str = Field("db/suggestions.db", description="SQLite file of the suggestions.")
     files_translation: bool = Field(True, description="Offer POST /translate_file.")

@@ -17,13 +17,28 @@ When Redis cannot be reached, the calls raise StorageUnavailable: what needs the
 
 from __future__ import annotations
 
+import re
 import time
 from collections import OrderedDict
 from typing import Protocol
 
 
 class StorageUnavailable(Exception):
-    """The shared store (Redis) cannot be reached; the message says why."""
+    """The shared store (Redis) cannot be reached. Its message, which clients see, says only that;
+    `detail` says why, for the log (the store's address without its password)."""
+
+    def __init__(self, detail: str):
+        super().__init__("the shared store is unavailable")
+        self.detail = detail
+
+
+def _without(error: Exception, url: str) -> str:
+    return str(error).replace(url, redacted(url))
+
+
+def redacted(url: str) -> str:
+    """A store URL without its password: redis://:***@host:6379/0."""
+    return re.sub(r"(?<=://)([^/@]*?):[^/@]*@", r"\1:***@", url)
 
 
 class Storage(Protocol):
@@ -152,9 +167,11 @@ class RedisStorage:
         try:
             return await operation
         except (TimeoutError, redis.ConnectionError, redis.TimeoutError, OSError) as e:
-            raise StorageUnavailable(f"Redis at {self.url} cannot be reached ({type(e).__name__}: {e})") from None
+            raise StorageUnavailable(f"Redis at {redacted(self.url)} cannot be reached ({type(e).__name__}: "
+                                     f"{_without(e, self.url)})") from None
         except redis.RedisError as e:
-            raise StorageUnavailable(f"Redis at {self.url} refused the operation ({type(e).__name__}: {e})") from None
+            raise StorageUnavailable(f"Redis at {redacted(self.url)} refused the operation ({type(e).__name__}: "
+                                     f"{_without(e, self.url)})") from None
 
     async def get(self, key: str) -> bytes | None:
         return await self._call(self.client.get(self.prefix + key))

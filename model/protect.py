@@ -49,20 +49,23 @@ def sentinel_index(piece: str) -> int | None:
 
 SENTINELS = [sentinel(k) for k in range(MAX_SPANS)]
 
-# Alternatives in priority order: a tag wins over a placeholder inside it (<a href="%s">).
-_TAG = r"</?[A-Za-z][\w:.-]*(?:\s[^<>]*)?/?>"
-_URL = r"(?:https?|ftp)://[^\s<>\"']+|www\.[\w-]+\.[^\s<>\"']+"
-_EMAIL = r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
-_WEBLATE = r"\[X\d+X\]"  # Weblate masks placeholders as [X12X] before it asks a server
-_ENTITY = r"&(?:#\d+|#x[0-9A-Fa-f]+|[A-Za-z]\w*);"
+# Alternatives in priority order: a tag wins over a placeholder inside it (<a href="%s">). Every
+# repetition is possessive and every pattern starts at a fixed character or, for an e-mail address,
+# only where its local part starts: a failed try costs the length it read once, so finding spans is
+# linear in the text however it is made ("a" * 30000, "%" + "0" * n).
+_TAG = r"</?[A-Za-z][\w:.-]*+(?:\s[^<>]*+)?+/?>"
+_URL = r"(?:https?|ftp)://[^\s<>\"']++|www\.[\w-]++\.[^\s<>\"']++"
+_EMAIL = r"(?<![\w.+-])[\w.+-]++@[\w-]++(?:\.[\w-]++)++"
+_WEBLATE = r"\[X\d++X\]"  # Weblate masks placeholders as [X12X] before it asks a server
+_ENTITY = r"&(?:#\d++|#x[0-9A-Fa-f]++|[A-Za-z]\w*+);"
 _PLACEHOLDER = (
-    r"%[A-Z][A-Z0-9_]+%?"                                       # %PRODUCTNAME, %OBJECT_NAME%
-    r"|%L\d+"                                                   # Qt localized %L1
-    r"|%(?:\d+\$)?(?:\([\w.-]+\))?[-+#0]*(?:\d+|\*)?(?:\.(?:\d+|\*))?"
+    r"%[A-Z][A-Z0-9_]++%?"                                      # %PRODUCTNAME, %OBJECT_NAME%
+    r"|%L\d++"                                                  # Qt localized %L1
+    r"|%(?:\d++\$)?(?:\([\w.-]++\))?[-+#0]*+(?:\d++|\*)?(?:\.(?:\d++|\*))?"
     r"(?:hh|h|ll|l|L|q|j|z|t|I64|I32|I)?[A-Za-z]"               # printf %s %-5.2f %1$s, Python %(name)s
-    r"|%\d+|%[<>]"                                              # Qt %1; gcc's %< %> quotes
-    r"|\{\{\w+\}\}|\{\w*(?::[^{}\s]*)?\}"                       # {{name}} {0} {name} {0:d}
-    r"|\$\{\w+\}|\$\(\w+\)|\$[A-Za-z_]\w*|\$\d+"              # ${VAR} $(ARG) $VAR $1
+    r"|%\d++|%[<>]"                                             # Qt %1; gcc's %< %> quotes
+    r"|\{\{\w++\}\}|\{\w*+(?::[^{}\s]*+)?\}"                   # {{name}} {0} {name} {0:d}
+    r"|\$\{\w++\}|\$\(\w++\)|\$[A-Za-z_]\w*+|\$\d++"          # ${VAR} $(ARG) $VAR $1
 )
 _SENTINEL = "[\ue000-\ue021]"  # a sentinel or term tag (model/terms.py) in the input is protected as itself
 SPAN_RE = re.compile("|".join(f"(?:{p})" for p in (_SENTINEL, _TAG, _URL, _EMAIL, _WEBLATE, _ENTITY,
@@ -217,7 +220,12 @@ def annotations_as_sentinels(text: str, annotations: list[Annotation], spans: li
 
 def _with_terms(spans: list[Match], terms: list[Match]) -> list[Match]:
     """The spans, and the term matches that overlap none of them, in text order."""
-    free = [t for t in terms if not any(s.start < t.end and t.start < s.end for s in spans)]
+    free, i = [], 0
+    for t in terms:  # both in text order, neither overlapping itself
+        while i < len(spans) and spans[i].end <= t.start:
+            i += 1
+        if i == len(spans) or spans[i].start >= t.end:
+            free.append(t)
     return sorted(spans + free, key=lambda m: m.start)
 
 
@@ -385,21 +393,23 @@ def take_out(text: str, foreign: Callable[[str], bool] | None = None,
     if terms:
         found = _with_terms(found, terms.find(text))
     out, spans, at, glued, pos, entries = [], [], [], [], 0, {}
+    kept_length, kept_last = 0, ""  # characters in out, and the last of them
     for m in found:
         a, b = m.start, m.end
         if m.entry:
             entries[len(spans)] = m.entry
         out.append(text[pos:a])
-        kept = "".join(out)
+        if a > pos:
+            kept_length, kept_last = kept_length + a - pos, text[a - 1]
         # touching a word ("<b>Print", "Print</b>"); punctuation beside a span ("(%2)") may not
         # be beside it in the translation, so it does not count
         before_glued = a > 0 and text[a - 1].isalnum()
         after_glued = b < len(text) and text[b].isalnum()
         spans.append(m.output)
-        at.append(len(kept))
+        at.append(kept_length)
         glued.append((before_glued, after_glued))
         pos = b
-        if kept.endswith(" ") and text[b:b + 1] == " ":  # "Open %s now" -> "Open now", not "Open  now"
+        if kept_last == " " and text[b:b + 1] == " ":  # "Open %s now" -> "Open now", not "Open  now"
             pos += 1
     out.append(text[pos:])
     return Stripped("".join(out), spans, at, glued, entries)

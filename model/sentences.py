@@ -13,7 +13,8 @@ import re
 
 _OPENERS = "\"'“‘„«‹(["
 _CLOSERS = "\"'”’»›)]"
-_TERMINATOR = re.compile(f"([.!?…]+)[{re.escape(_CLOSERS)}]*$")
+_TERMINATORS = ".!?…"
+_GAP = re.compile(r"\s+")
 # Words that end with a period without ending the sentence (lower case, period left out). Words
 # with an inner period (e.g., i.e., U.S.) and single letters (initials) are recognised by shape.
 _ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "vs", "etc", "cf", "approx", "ca", "al",
@@ -33,19 +34,22 @@ def interleave(between: list[str], pieces: list[str]) -> str:
 
 
 # --- sentences --------------------------------------------------------------------------------
+# Linear in the text: each gap is decided from the word before it and the character after it,
+# never from the whole sentence so far (a text of one long sentence is client input).
 
-def _ends_sentence(sentence: str, next_char: str) -> bool:
-    """Whether a sentence ends with `sentence` (no trailing whitespace) when whitespace and
-    `next_char` follow. Conservative: a missed split only makes one longer input."""
-    end = _TERMINATOR.search(sentence)
-    if not end or not translatable(sentence):  # "1. First item" is not a sentence of its own
+def _ends_sentence(word: str, before: str, has_letter: bool, next_char: str) -> bool:
+    """Whether a sentence whose last word is `word` (the word before it `before`; `has_letter`:
+    the sentence holds a letter) ends when whitespace and `next_char` follow. Conservative: a
+    missed split only makes one longer input."""
+    core = word.rstrip(_CLOSERS)
+    stem = core.rstrip(_TERMINATORS)
+    if len(stem) == len(core) or not has_letter:  # "1. First item" is not a sentence of its own
         return False
     if not (next_char.isupper() or next_char.isdigit() or next_char in _OPENERS):
         return False
-    if end.group(1) != ".":  # !, ?, …, ..., ?!
+    if core[len(stem):] != ".":  # !, ?, …, ..., ?!
         return True
-    words = sentence[:end.start()].split()
-    word = words[-1].lstrip(_OPENERS).lower() if words else ""
+    word = (stem or before).lstrip(_OPENERS).lower()
     if (len(word) == 1 and word.isalpha()) or "." in word or word in _ABBREVIATIONS:
         return False
     return not (word in _NUMBER_ABBREVIATIONS and next_char.isdigit())
@@ -57,28 +61,35 @@ def split_sentences(text: str) -> tuple[list[str], list[str]]:
     followed by whitespace and an upper-case letter, a digit or an opening quote, unless the word
     before the period is an abbreviation, an initial or a number's label ("No. 5"); a line break
     always ends one. Pieces without a letter stay in `between`, untranslated."""
-    between, sentences = [""], []
+    between: list[list[str]] = [[]]  # each: the parts of one stretch between sentences
+    sentences: list[str] = []
 
     def add(piece: str, space: str) -> None:
         if translatable(piece):
             sentences.append(piece)
-            between.append(space)
+            between.append([space])
         else:
-            between[-1] += piece + space
+            between[-1] += [piece, space]
 
-    start = 0
-    for gap in re.finditer(r"\s+", text):
+    start, word_start, before, has_letter = 0, 0, "", False
+    for gap in _GAP.finditer(text):
         if gap.start() == 0:
-            between[0] = gap.group()
-            start = gap.end()
-        elif gap.end() < len(text) and ("\n" in gap.group() or
-                                        _ends_sentence(text[start:gap.start()], text[gap.end()])):
+            between[0] = [gap.group()]
+            start = word_start = gap.end()
+            continue
+        word = text[word_start:gap.start()]
+        has_letter = has_letter or translatable(word)
+        if gap.end() < len(text) and ("\n" in gap.group() or
+                                      _ends_sentence(word, before, has_letter, text[gap.end()])):
             add(text[start:gap.start()], gap.group())
-            start = gap.end()
+            start, before, has_letter = gap.end(), "", False
+        else:
+            before = word
+        word_start = gap.end()
     rest = text[start:]
     body = rest.rstrip()
     if body:
         add(body, rest[len(body):])
     else:
-        between[-1] += rest
-    return between, sentences
+        between[-1].append(rest)
+    return ["".join(parts) for parts in between], sentences

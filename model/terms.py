@@ -26,7 +26,11 @@ Translator checks that each annotated term is in the translation (`term_used`); 
 one is missing is translated again with the terms as sentinels, which cannot miss.
 
 Matching: whole words, case-insensitively, the longest entry first where entries overlap; a
-term inside a placeholder, tag or URL is not matched.
+term inside a placeholder, tag or URL is not matched. Texts and terms are both client input, so
+matching never builds a regular expression from terms: both are cut into units (a run of word
+characters, or one other character with whether a word character stands on each side), and one
+Aho-Corasick automaton over the terms' units finds, in time linear in the text, the longest term
+that starts at each unit.
 """
 
 from __future__ import annotations
@@ -70,10 +74,10 @@ class Terminology:
             check_term(term, "do_not_translate term")
         entries = [(s, t, s) for s, t in self.glossary.items()] + [(k, None, k) for k in self.keep]
         entries.sort(key=lambda e: -len(e[0]))  # the longest wins where entries overlap
-        self._entries = entries
-        self._pattern = re.compile("|".join(f"(?<!\\w){re.escape(s)}(?!\\w)" for s, _, _ in entries),
-                                   re.IGNORECASE) if entries else None
-        self._by_folded = {s.casefold(): (t, e) for s, t, e in reversed(entries)}
+        self._by_units = {}  # a term's units -> (target term or None, entry); the first entry wins
+        for source, target, entry in entries:
+            self._by_units.setdefault(tuple(u for u, _, _ in _units(source)), (target, entry))
+        self._automaton = _LongestFirst(list(self._by_units)) if entries else None
 
     def __bool__(self) -> bool:
         return bool(self.glossary or self.keep)
@@ -84,12 +88,21 @@ class Terminology:
 
     def find(self, text: str) -> list[Match]:
         """Every occurrence of an entry in `text`, left to right, not overlapping."""
-        if self._pattern is None:
+        if self._automaton is None:
             return []
-        out = []
-        for m in self._pattern.finditer(text):
-            target, entry = self._by_folded[m.group().casefold()]
-            out.append(Match(m.start(), m.end(), m.group() if target is None else target, entry, target is not None))
+        units = _units(text)
+        longest = self._automaton.longest_at_each_start([u for u, _, _ in units])
+        out, i = [], 0
+        while i < len(units):
+            if not longest[i]:
+                i += 1
+                continue
+            j = i + longest[i]
+            target, entry = self._by_units[tuple(u for u, _, _ in units[i:j])]
+            start, end = units[i][1], units[j - 1][2]
+            written = text[start:end]
+            out.append(Match(start, end, written if target is None else target, entry, target is not None))
+            i = j
         return out
 
     def merged(self, other: Terminology | None) -> Terminology:
@@ -97,6 +110,79 @@ class Terminology:
         if not other:
             return self
         return Terminology({**self.glossary, **other.glossary}, list(dict.fromkeys(self.keep + other.keep)))
+
+
+_UNIT = re.compile(r"\w+|\W")
+
+
+def _fold(text: str) -> str:
+    """Lower case, one character for one (a character whose lower case is longer, like "İ", stays)."""
+    lowered = text.lower()
+    if len(lowered) == len(text):
+        return lowered
+    return "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
+
+
+def _units(text: str) -> list[tuple[str, int, int]]:
+    """(unit, start, end) for each unit of `text`: a run of word characters (folded), or one other
+    character marked with whether a word character stands before and after it (the text's ends
+    count as no word character), so that units equal only where the text around them allows a
+    whole-word match."""
+    folded, out = _fold(text), []
+    for m in _UNIT.finditer(folded):
+        unit, a, b = m.group(), m.start(), m.end()
+        if _UNIT_WORD.match(unit) is None:
+            before = a > 0 and _UNIT_WORD.match(folded, a - 1) is not None
+            after = b < len(folded) and _UNIT_WORD.match(folded, b) is not None
+            unit = f"{int(before)}{int(after)}{unit}"
+        out.append((unit, a, b))
+    return out
+
+
+_UNIT_WORD = re.compile(r"\w")
+
+
+class _LongestFirst:
+    """Aho-Corasick over sequences of units, run backwards: for each start in a text, the length
+    (in units) of the longest key that starts there. Linear in the text and in the keys' units."""
+
+    def __init__(self, keys: list[tuple[str, ...]]):
+        self.children: list[dict[str, int]] = [{}]
+        depth, terminal = [0], [False]
+        for key in keys:
+            state = 0
+            for unit in reversed(key):
+                nxt = self.children[state].get(unit)
+                if nxt is None:
+                    nxt = self.children[state][unit] = len(self.children)
+                    self.children.append({})
+                    depth.append(depth[state] + 1)
+                    terminal.append(False)
+                state = nxt
+            terminal[state] = True
+        self.fail = [0] * len(self.children)
+        self.best = [0] * len(self.children)  # the longest key that is a suffix of the state's units
+        queue = list(self.children[0].values())
+        for state in queue:
+            self.best[state] = depth[state] if terminal[state] else 0
+        for state in queue:  # breadth first: a state's fail link is shallower, so done before it
+            for unit, child in self.children[state].items():
+                f = self.fail[state]
+                while f and unit not in self.children[f]:
+                    f = self.fail[f]
+                self.fail[child] = self.children[f].get(unit, 0)
+                self.best[child] = depth[child] if terminal[child] else self.best[self.fail[child]]
+                queue.append(child)
+
+    def longest_at_each_start(self, units: list[str]) -> list[int]:
+        longest, state = [0] * len(units), 0
+        for i in range(len(units) - 1, -1, -1):
+            unit = units[i]
+            while state and unit not in self.children[state]:
+                state = self.fail[state]
+            state = self.children[state].get(unit, 0)
+            longest[i] = self.best[state]
+        return longest
 
 
 def check_term(term: str, what: str) -> None:
@@ -108,6 +194,10 @@ def check_term(term: str, what: str) -> None:
         raise TermError(f"{what} {term[:40]!r}...: {len(term)} characters; at most {MAX_TERM_CHARS}")
     if any(c in term for c in "\t\n\r") or any(0xE000 <= ord(c) <= ord(TERM_CLOSE) for c in term):
         raise TermError(f"{what} {term!r}: holds a tab, a line break or a reserved character")
+    surrogate = next((i for i, c in enumerate(term) if 0xD800 <= ord(c) <= 0xDFFF), None)
+    if surrogate is not None:
+        raise TermError(f"{what} {term.encode('utf-8', 'backslashreplace').decode()!r}: holds a lone surrogate "
+                        f"(U+{ord(term[surrogate]):04X}) at character {surrogate}, which is not valid Unicode")
 
 
 def annotate(source_term: str, target_term: str) -> str:

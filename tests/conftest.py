@@ -109,8 +109,10 @@ def running_server(env: dict[str, str], ready_timeout_s: float = 90) -> Iterator
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    # --no-proxy-headers as `nmt serve` runs it (app/serve.py)
     process = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port",
-                                str(port), "--log-level", "warning"], cwd=Path(__file__).resolve().parents[1],
+                                str(port), "--log-level", "warning", "--no-proxy-headers"],
+                               cwd=Path(__file__).resolve().parents[1],
                                env={**os.environ, **env})
     url = f"http://127.0.0.1:{port}"
     try:  # stopped even when it never gets ready

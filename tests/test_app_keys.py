@@ -5,6 +5,7 @@ and a key's char_limit."""
 from __future__ import annotations
 
 import asyncio
+import math
 import subprocess
 import sys
 
@@ -35,11 +36,13 @@ def test_rate_limiter_counts_a_sliding_minute_and_says_when_to_retry():
     assert admit("b", 3) is None  # clients are counted apart
     assert admit("a", 0) is None  # 0: no limit
     clock.now += 45  # 5 s into the next minute: the previous one still weighs 55/60 x 3 = 2.75
-    assert admit("a", 3) is None  # 2.75 < 3
-    assert admit("a", 3) is not None  # 2.75 + 1 >= 3
+    assert admit("a", 3) == pytest.approx(15.0)  # 2.75 + 1 > 3; at 20 s the weight is 2 and one more fits
+    clock.now += 16  # 21 s in: the previous minute weighs 1.95
+    assert admit("a", 3) is None and admit("a", 3) is not None  # 1.95 + 1 <= 3, then 1.95 + 1 + 1 > 3
     clock.now += 60
     assert admit("a", 3) is None
-    assert admit("c", 2, cost=5) is None and admit("c", 2) is not None  # a batch counts its texts
+    assert admit("c", 5, cost=5) is None and admit("c", 5) is not None  # a batch counts its texts
+    assert admit("d", 2, cost=5) == math.inf  # a request that costs more than the limit never fits
 
 
 def test_memory_storage_expires_counters_and_bounds_bytes_per_kind():

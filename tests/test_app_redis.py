@@ -186,7 +186,7 @@ def test_redis_stopped_and_restarted_mid_test(replicas, redis):
                           data={"source": "en", "target": "de"})
         assert file.status_code == 503
         ready = httpx.get(f"{a}/ready")
-        assert ready.status_code == 200 and "cannot be reached" in ready.json()["storage"]
+        assert ready.status_code == 200 and ready.json()["storage"] == "the shared store is unavailable"
         assert 'nmt_storage_errors_total{use="cache"}' in httpx.get(f"{b}/metrics").text
     finally:
         redis.start()

@@ -6,6 +6,8 @@ were. A plural entry gets msgstr[0] from msgid and the other forms from msgid_pl
 from __future__ import annotations
 
 import re
+import tempfile
+from pathlib import Path
 
 import polib
 
@@ -20,8 +22,21 @@ def _plurals(po: polib.POFile) -> int:
     return max(1, min(int(found.group(1)), 6)) if found else 2
 
 
+def _parse(text: str) -> polib.POFile:
+    """The catalog in `text`. polib.pofile takes a string for a path whenever a file of that name
+    exists, so an upload holding "/etc/passwd" would read that file: it is only ever given the
+    path of a file written here."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "upload.po"
+        path.write_text(text, encoding="utf-8")
+        try:
+            return polib.pofile(str(path), encoding="utf-8")
+        except (OSError, ValueError) as e:  # polib's syntax errors name the file: ours, of no use to a client
+            raise FormatError(f"not a gettext catalog: {str(e).replace(str(path), 'the file')}") from None
+
+
 def read(data: bytes) -> Extracted:
-    po = polib.pofile(decode(data))
+    po = _parse(decode(data))
     for e in po:
         if len(e.msgstr_plural) > MAX_PLURAL_FORMS:
             raise FormatError(f"the entry {e.msgid[:40]!r} has {len(e.msgstr_plural):,} plural forms; a language has "

@@ -35,6 +35,7 @@ from app.registry import reported_code
 from app.routers import ServiceDep
 from app.routers.libretranslate import rebuild, translate_sentences
 from app.service import Service
+from model.clean import lone_surrogate
 from model.terms import TermError
 
 router = APIRouter(prefix="/v2", tags=["deepl"])
@@ -64,16 +65,16 @@ def auth_key(request: Request, fields: dict | None = None) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-async def admit(request: Request, service: Service, key: str | None, cost: int = 1) -> str | None:
+async def admit(request: Request, service: Service, key: str | None, cost: int = 1) -> tuple[str | None, int]:
     """Count the call against the key's limits; returns the key that stands for the client (None
-    on a server without keys, where every DeepL client's own key is accepted)."""
+    on a server without keys, where every DeepL client's own key is accepted) and the characters
+    a text may have."""
     s = service.settings
     keys_in_force = bool(s.api_keys) or s.require_api_key or await asyncio.to_thread(bool, service.keys)
     if keys_in_force and not key:
         raise ApiError(403, "an API key is required: Authorization: DeepL-Auth-Key <key>")
     key = key if keys_in_force else None
-    await service.admit(request, key, cost)
-    return key
+    return key, await service.admit(request, key, cost)
 
 
 def our_code(code, field: str, registry) -> str:
@@ -96,24 +97,26 @@ async def translate(request: Request, service: ServiceDep):
     texts = [texts] if isinstance(texts, str) else texts
     if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
         raise ApiError(400, "Parameter 'text' not specified: give one or more texts.")
-    key = await admit(request, service, auth_key(request, fields), cost=len(texts))
+    key, char_limit = await admit(request, service, auth_key(request, fields), cost=len(texts))
     target = our_code(fields.get("target_lang"), "target_lang", service.registry)
     source = our_code(fields["source_lang"], "source_lang", service.registry) if fields.get("source_lang") else "auto"
     tag_handling = fields.get("tag_handling")
     if tag_handling not in (None, "", "html", "xml"):
         raise ApiError(400, f"Value for 'tag_handling' not supported: {tag_handling!r}; 'html' or 'xml'.")
     html = bool(tag_handling)
-    texts = service.accept_texts(texts, "text", allow_blank=html)
+    if not isinstance(fields.get("glossary_id"), str | None):
+        raise ApiError(400, "Parameter 'glossary_id' must be one glossary id (a string).")
+    texts = service.accept_texts(texts, "text", allow_blank=html, char_limit=char_limit)
     if fields.get("glossary_id") and source == "auto":
         raise ApiError(400, "Use of a glossary requires the 'source_lang' parameter to be specified.")
     pivot = service.registry.pivot(source, target) if source != "auto" else None
     if pivot is None:
         translated, sources = await translate_hop(request, service, texts, html, source, target,
-                                                  fields.get("glossary_id"), key)
+                                                  fields.get("glossary_id"), key, charge=True)
     elif fields.get("glossary_id"):
         raise ApiError(400, f"A glossary is not available through a pivot ({source}->{pivot}->{target}).")
     else:  # no model for source -> target: through the pivot language, as Argos does
-        middle, sources = await translate_hop(request, service, texts, html, source, pivot, None, key)
+        middle, sources = await translate_hop(request, service, texts, html, source, pivot, None, key, charge=True)
         translated, _ = await translate_hop(request, service, middle, html, pivot, target, None, key)
     characters = sum(len(t) for t in texts)
     await service.count_usage(owner_of(key), characters)
@@ -122,18 +125,27 @@ async def translate(request: Request, service: ServiceDep):
 
 
 async def translate_hop(request: Request, service: Service, texts: list[str], html: bool, source: str, target: str,
-                        glossary_id: str | None, key: str | None) -> tuple[list[str], list[str]]:
+                        glossary_id: str | None, key: str | None, charge: bool = False) -> tuple[list[str], list[str]]:
     """The texts translated by one model per text (source 'auto': each text's own language), and
-    each text's source language."""
+    each text's source language; with `charge`, sentences beyond one a text count against the
+    client's limit."""
     depth = service.settings.max_html_depth
-    readable = [markup.split_document(t, html, spans=False, max_depth=depth).text for t in texts] \
-        if source == "auto" else texts
+    # splitting and masking are linear in the text but client-sized: off the event loop
+    readable = await asyncio.to_thread(lambda: [markup.split_document(t, html, spans=False, max_depth=depth).text
+                                                for t in texts]) if source == "auto" else texts
     resolved = await service.resolve_each(source, target, readable, "text")
     terms = {m.id: await service.terminology(None, glossary_id, None, key, m)
              for m in {m.id: m for m, _ in resolved}.values()}
-    documents = [markup.split_document(t, html, spans=m.protects_spans, foreign=m.tokenizer.cannot_spell,
-                                       max_depth=depth, terms=terms[m.id], annotate=m.reads_annotations)
-                 for t, (m, _) in zip(texts, resolved)]
+    documents = await asyncio.to_thread(lambda: [
+        markup.split_document(t, html, spans=m.protects_spans, foreign=m.tokenizer.cannot_spell, max_depth=depth,
+                              terms=terms[m.id], annotate=m.reads_annotations)
+        for t, (m, _) in zip(texts, resolved)])
+    sentences = sum(len(d.sentences) for d in documents)
+    if sentences > service.settings.max_segments:
+        raise ApiError(400, f"text splits into {sentences} sentences; at most {service.settings.max_segments} per "
+                       "request (NMT_MAX_SEGMENTS): send fewer or shorter texts")
+    if charge:
+        await service.charge(request, sentences - len(texts))
     translated: list[str] = [""] * len(texts)
     by_model: dict[str, list[int]] = {}
     for i, (m, _) in enumerate(resolved):
@@ -143,7 +155,7 @@ async def translate_hop(request: Request, service: Service, texts: list[str], ht
         found = await translate_sentences(request, service, model, [documents[i] for i in indices], n_best=1,
                                           names=[f"text[{i}]" for i in indices], terms=terms[model.id])
         for i, per_sentence in zip(indices, found):
-            translated[i] = rebuild(documents[i], per_sentence)[0]
+            translated[i] = (await asyncio.to_thread(rebuild, documents[i], per_sentence))[0]
     return translated, [m.source for m, _ in resolved]
 
 
@@ -166,7 +178,7 @@ async def languages(request: Request, service: ServiceDep,
 
 @router.get("/usage", summary="Characters translated this month (DeepL-compatible)", responses=errors(403, 429))
 async def usage(request: Request, service: ServiceDep):
-    key = await admit(request, service, auth_key(request))
+    key, _ = await admit(request, service, auth_key(request))
     return {"character_count": await service.count_usage(owner_of(key), 0), "character_limit": UNLIMITED}
 
 
@@ -182,10 +194,12 @@ async def glossary_language_pairs(request: Request, service: ServiceDep):
 @router.post("/glossaries", status_code=201, summary="Create a glossary (DeepL-compatible)", responses=errors(400, 403, 413, 429))
 async def create_glossary(request: Request, service: ServiceDep):
     fields, _ = await read_fields(request, max_fields=service.settings.max_form_fields)
-    key = await admit(request, service, auth_key(request, fields))
+    key, _ = await admit(request, service, auth_key(request, fields))
     name = fields.get("name")
     if not isinstance(name, str) or not name.strip():
         raise ApiError(400, "Parameter 'name' not specified.")
+    if lone_surrogate(name) is not None:
+        raise ApiError(400, "Parameter 'name' holds a lone surrogate, which is not valid Unicode: send UTF-8 text.")
     source = our_code(fields.get("source_lang"), "source_lang", service.registry)
     target = our_code(fields.get("target_lang"), "target_lang", service.registry)
     pairs = {(m.source, m.target) for m in service.registry.models.values()}  # direct models only
@@ -206,7 +220,7 @@ async def create_glossary(request: Request, service: ServiceDep):
 
 
 async def _glossary(request: Request, service: Service, glossary_id: str):
-    key = await admit(request, service, auth_key(request))
+    key, _ = await admit(request, service, auth_key(request))
     glossary = await asyncio.to_thread(service.glossaries.get, glossary_id, owner_of(key))
     if glossary is None:
         raise ApiError(404, f"Glossary not found: {glossary_id}")
@@ -215,7 +229,7 @@ async def _glossary(request: Request, service: Service, glossary_id: str):
 
 @router.get("/glossaries", summary="This key's glossaries (DeepL-compatible)", responses=errors(403, 429))
 async def list_glossaries(request: Request, service: ServiceDep):
-    key = await admit(request, service, auth_key(request))
+    key, _ = await admit(request, service, auth_key(request))
     found = await asyncio.to_thread(service.glossaries.list, owner_of(key))
     return {"glossaries": [g.info() for g in found]}
 

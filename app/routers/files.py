@@ -10,6 +10,7 @@ NMT_MAX_SEGMENTS sentences, all within NMT_FILE_TIMEOUT_S.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from urllib.parse import quote
 
@@ -74,7 +75,7 @@ async def translate_file(request: Request, service: ServiceDep):
         raise ApiError(400, "Invalid request: missing file parameter")
     source, target = _text_field(fields, "source"), _text_field(fields, "target")
     key = fields.get("api_key") if isinstance(fields.get("api_key"), str) else None
-    await service.admit(request, key or request.headers.get("x-api-key"))
+    char_limit = await service.admit(request, key or request.headers.get("x-api-key"))
     extension = documents.extension(upload.filename)
     if extension not in documents.extensions():
         raise ApiError(400, f"Invalid request: file format not supported ({extension or 'no extension'}); "
@@ -83,10 +84,15 @@ async def translate_file(request: Request, service: ServiceDep):
         texts, html = await service.documents.extract(upload.filename, upload.data)
     except DocumentError as e:
         raise ApiError(e.status, f"{upload.filename}: {e.message}") from None
-    texts = [clean_text(t) for t in texts]
+    texts = await asyncio.to_thread(lambda: [clean_text(t) for t in texts])
+    characters = sum(len(t) for t in texts)
+    if char_limit < s.max_chars and characters > char_limit:  # a key's (or NMT_CHAR_LIMIT's) limit is in force
+        raise ApiError(400, f"{upload.filename} holds {characters:,} characters of text; this API key may send at "
+                       f"most {char_limit:,} per request")
     try:
-        sample = " ".join(markup.split_document(t, is_html, spans=False, max_depth=s.max_html_depth).text
-                          for t, is_html in zip(texts[:20], html)) if source == "auto" else ""
+        sample = await asyncio.to_thread(lambda: " ".join(
+            markup.split_document(t, is_html, spans=False, max_depth=s.max_html_depth).text
+            for t, is_html in zip(texts[:20], html))) if source == "auto" else ""
         pivot = service.registry.pivot(source, target) if source != "auto" else None
         if pivot and _optional_text(fields, "glossary_id"):
             raise ApiError(400, f"a stored glossary (glossary_id) is not available through a pivot ({source}->{pivot}->"
@@ -99,7 +105,8 @@ async def translate_file(request: Request, service: ServiceDep):
                                               key or request.headers.get("x-api-key"), model)
             if leg == 0 and pivot:  # the second leg keeps the glossary's target terms as written
                 glossary, keep = None, kept_by_second_leg(terms)
-            texts = await _translate_texts(request, service, model, texts, html, terms, upload.filename, started)
+            texts = await _translate_texts(request, service, model, texts, html, terms, upload.filename, started,
+                                           charge=leg == 0)
     except markup.TooDeep as e:
         raise ApiError(400, f"{upload.filename}: {e}") from None
     try:
@@ -116,16 +123,24 @@ async def translate_file(request: Request, service: ServiceDep):
 
 
 async def _translate_texts(request: Request, service, model, texts: list[str], html: list[bool],
-                           terms: Terminology | None, filename: str, started: float) -> list[str]:
+                           terms: Terminology | None, filename: str, started: float, charge: bool = False) -> list[str]:
     """A file's texts translated by one model: cut into sentences (spans and terms masked), in
-    jobs of at most NMT_MAX_SEGMENTS sentences, put back together."""
+    jobs of at most NMT_MAX_SEGMENTS sentences, put back together; with `charge`, each sentence
+    but the first counts against the client's limit (the file counted one when admitted)."""
     s = service.settings
-    parts = [markup.split_document(t, is_html, spans=model.protects_spans, foreign=model.tokenizer.cannot_spell,
-                                   max_depth=s.max_html_depth, terms=terms, annotate=model.reads_annotations)
-             for t, is_html in zip(texts, html)]
-    sentences = [sentence for part in parts for sentence in part.sentences]
+
+    def prepare():  # client-sized work: off the event loop
+        parts = [markup.split_document(t, is_html, spans=model.protects_spans, foreign=model.tokenizer.cannot_spell,
+                                       max_depth=s.max_html_depth, terms=terms, annotate=model.reads_annotations)
+                 for t, is_html in zip(texts, html)]
+        sentences = [sentence for part in parts for sentence in part.sentences]
+        return parts, [service.encode_sentence(model, sentence, f"a sentence of {filename}", terms)
+                       for sentence in sentences]
+
+    parts, prepared = await asyncio.to_thread(prepare)
+    if charge:
+        await service.charge(request, len(prepared) - 1)
     positions = [(part, j) for part in parts for j in range(len(part.sentences))]
-    prepared = [service.encode_sentence(model, sentence, f"a sentence of {filename}", terms) for sentence in sentences]
     # a model without sentinels puts the placeholders it was not shown back by the attention
     key = BatchKey(model.id, beam_size=s.default_beam_size, n_best=1, length_penalty=model.length_penalty,
                    attention=any(m for m, _ in prepared))
@@ -139,10 +154,11 @@ async def _translate_texts(request: Request, service, model, texts: list[str], h
         decoded = (await service.translate_sentences(request, key, model, [ids for _, ids in chunk],
                                                      positions[start:start + s.max_segments],
                                                      f"a sentence of {filename}", timeout_s=remaining)).results
-        translations += [(put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m else r).hypotheses[0].text
-                         for r, (m, _) in zip(decoded, chunk)]
+        translations += await asyncio.to_thread(lambda: [
+            (put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m else r).hypotheses[0].text
+            for r, (m, _) in zip(decoded, chunk)])  # noqa: B023 (awaited here, in this iteration)
     found = iter(translations)
-    return [part.join([next(found) for _ in part.sentences]) for part in parts]
+    return await asyncio.to_thread(lambda: [part.join([next(found) for _ in part.sentences]) for part in parts])
 
 
 @router.get("/download_file/{file}", name="download_file", responses=errors(404, 503),

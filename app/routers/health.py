@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -9,6 +11,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from app.protocol import Health, Ready, WorkerStatus
 from app.routers import ServiceDep
 from app.storage import StorageUnavailable
+
+log = logging.getLogger("uvicorn.error")
 
 router = APIRouter(tags=["health"])
 
@@ -30,6 +34,7 @@ async def ready(service: ServiceDep):
         await service.storage.check()
         storage = "ok"
     except StorageUnavailable as e:  # translation still works: ready stays true, and this says what does not
+        log.warning("ready: %s", e.detail)
         storage = str(e)
     body = Ready(ready=ok, reason=reason or None, models=models, workers=workers, storage=storage)
     return JSONResponse(body.model_dump(), status_code=200 if ok else 503)

@@ -76,14 +76,15 @@ async def translate(request: Request, service: ServiceDep):
     char_limit = await service.admit(request, body.api_key or request.headers.get("x-api-key"), cost=len(texts))
     pivot = service.registry.pivot(body.source, body.target) if body.source != "auto" else None
     if pivot is None:
-        return await translate_texts(request, service, body, texts, char_limit)
+        return await translate_texts(request, service, body, texts, char_limit, charge=True)
     # no model for source -> target: through the pivot, as Argos does. A glossary's target terms,
     # written by the first leg, are kept as written by the second.
     through = f"{body.source}->{pivot}->{body.target}"
     if body.alternatives or body.glossary_id:
         raise ApiError(400, f"{'alternatives' if body.alternatives else 'a stored glossary (glossary_id)'} is not "
                        f"available through a pivot ({through}); send its entries as glossary")
-    first = await translate_texts(request, service, body.model_copy(update={"target": pivot}), texts, char_limit)
+    first = await translate_texts(request, service, body.model_copy(update={"target": pivot}), texts, char_limit,
+                                  charge=True)
     keep = service.second_leg_terms(body.glossary, body.do_not_translate)
     second_body = body.model_copy(update={"source": pivot, "glossary": None, "glossary_id": None,
                                           "do_not_translate": keep})
@@ -93,26 +94,31 @@ async def translate(request: Request, service: ServiceDep):
 
 
 async def translate_texts(request: Request, service: Service, body: LTTranslateRequest, texts: list[str],
-                          char_limit: int) -> LTTranslateResponse:
-    """/translate's work for one model per text (one hop)."""
+                          char_limit: int, charge: bool = False) -> LTTranslateResponse:
+    """/translate's work for one model per text (one hop); with `charge`, its sentences beyond one a
+    text are counted against the client's limit (the first hop of a pivot: once a request)."""
     html = body.format == "html"
     # html without text comes back as it is
     texts = service.accept_texts(texts, "q", allow_blank=html, char_limit=char_limit)
     # 'auto' detects each text's words, without its markup; a given source needs no detection
     depth = service.settings.max_html_depth
-    readable = [markup.split_document(text, html, spans=False, max_depth=depth).text for text in texts] \
-        if body.source == "auto" else texts
+    # splitting and masking are linear in the text but client-sized: off the event loop
+    readable = await asyncio.to_thread(lambda: [markup.split_document(text, html, spans=False, max_depth=depth).text
+                                                for text in texts]) if body.source == "auto" else texts
     resolved = await service.resolve_each(body.source, body.target, readable, "q")
     key = body.api_key or request.headers.get("x-api-key")
     terms = {model.id: await service.terminology(body.glossary, body.glossary_id, body.do_not_translate, key, model)
              for model in {m.id: m for m, _ in resolved}.values()}
-    documents = [markup.split_document(text, html, spans=model.protects_spans, foreign=model.tokenizer.cannot_spell,
-                                       max_depth=depth, terms=terms[model.id], annotate=model.reads_annotations)
-                 for text, (model, _) in zip(texts, resolved)]
+    documents = await asyncio.to_thread(lambda: [
+        markup.split_document(text, html, spans=model.protects_spans, foreign=model.tokenizer.cannot_spell,
+                              max_depth=depth, terms=terms[model.id], annotate=model.reads_annotations)
+        for text, (model, _) in zip(texts, resolved)])
     sentences = sum(len(document.sentences) for document in documents)
     if sentences > service.settings.max_segments:
         raise ApiError(400, f"q splits into {sentences} sentences; at most {service.settings.max_segments} per "
                        "request (NMT_MAX_SEGMENTS): send fewer or shorter texts")
+    if charge:
+        await service.charge(request, sentences - len(texts))
     by_model: dict[str, list[int]] = {}
     for i, (model, _) in enumerate(resolved):
         by_model.setdefault(model.id, []).append(i)
@@ -124,7 +130,8 @@ async def translate_texts(request: Request, service: Service, body: LTTranslateR
                                           terms=terms[resolved[indices[0]][0].id])
         for i, per_sentence in zip(indices, found):
             hypotheses[i] = per_sentence
-    versions = [rebuild(document, per_sentence) for document, per_sentence in zip(documents, hypotheses)]
+    versions = await asyncio.to_thread(lambda: [rebuild(document, per_sentence)
+                                                for document, per_sentence in zip(documents, hypotheses)])
     translated = [v[0] for v in versions]
     alternatives = [v[1:] for v in versions] if body.alternatives else None
     detected = None if body.source != "auto" else [
@@ -150,8 +157,9 @@ async def translate_sentences(request: Request, service: Service, model: ServedM
     positions = [(i, j) for i, document in enumerate(documents) for j in range(len(document.sentences))]
     if not positions:
         return [[] for _ in documents]
-    prepared = [service.encode_sentence(model, documents[i].sentences[j], f"a sentence of {names[i]}", terms)
-                for i, j in positions]
+    prepared = await asyncio.to_thread(lambda: [
+        service.encode_sentence(model, documents[i].sentences[j], f"a sentence of {names[i]}", terms)
+        for i, j in positions])
     for (i, _), (taken_out, _) in zip(positions, prepared):  # a model without sentinels places its terms
         documents[i].placed_terms.update(taken_out.terms.values() if taken_out else ())
     # a model without sentinels puts the placeholders it was not shown back by the attention
@@ -159,8 +167,8 @@ async def translate_sentences(request: Request, service: Service, model: ServedM
                    length_penalty=model.length_penalty, attention=any(taken_out for taken_out, _ in prepared))
     decoded = (await service.translate_sentences(request, key, model, [ids for _, ids in prepared],
                                                  [(documents[i], j) for i, j in positions], "a sentence")).results
-    results = iter(put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m else r
-                   for r, (m, _) in zip(decoded, prepared))
+    results = iter(await asyncio.to_thread(lambda: [put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m else r
+                                                    for r, (m, _) in zip(decoded, prepared)]))
     return [[[h.text for h in next(results).hypotheses] for _ in document.sentences] for document in documents]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from dataclasses import replace
@@ -117,7 +118,7 @@ async def translate_one_hop(body: TranslateRequest, request: Request, service: S
                        f"{language_name(resolved[other][0].source)}; send one language per request (or use /translate, "
                        "which translates each text from its own language)")
     terms = await service.terminology(body.glossary, body.glossary_id, body.do_not_translate, key, model)
-    masked, sources = service.encode(model, texts, "text", terms)
+    masked, sources = await asyncio.to_thread(service.encode, model, texts, "text", terms)  # client-sized work
     # a model without sentinels puts the spans it was not shown back by the attention
     taken_out = any(m.taken_out for m in masked)
     length_penalty = model.length_penalty if body.length_penalty is None else body.length_penalty
@@ -130,8 +131,9 @@ async def translate_one_hop(body: TranslateRequest, request: Request, service: S
     outcome = await service.translate_sentences(request, key, model, sources, [(d, 0) for d in documents], "text")
     decoded = outcome.results
     masked = [replace(m, text=d.sentences[0]) for m, d in zip(masked, documents)]
-    results = [put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m.taken_out else restore(r, m.spans, m.text)
-               for r, m in zip(decoded, masked)]
+    results = await asyncio.to_thread(lambda: [
+        put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m.taken_out else restore(r, m.spans, m.text)
+        for r, m in zip(decoded, masked)])
     translations = [await translation_out(service, model.id, r, body) for r in results]
     if terms:  # every masked term is in the output (protect.repair); the others could not be masked
         for out, text, m in zip(translations, texts, masked):

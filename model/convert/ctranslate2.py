@@ -27,6 +27,15 @@ have. A stored position table other than our sinusoids (OpenNMT-py's interleave 
 cosines; learned ones) is kept in the checkpoint (`position_table`), and a model whose sources
 carry no </s> (`add_source_eos` false, as OpenNMT-py trains) gets none (`source_eos`).
 
+Flags and scalars follow CTranslate2's C++ reading of them (src/layers/transformer.cc and
+common.cc), per side: `{encoder,decoder}/scale_embeddings` (or the older
+`.../embeddings/multiply_by_sqrt_depth`) is a flag when stored as int8, 1 meaning "times
+sqrt(d_model)" (the default of every Transformer spec, so of every Argos package), and the factor
+itself when stored as a float; absent, it scales by sqrt(d_model) (`embedding_scale`).
+`pre_norm` defaults to true and `activation` to ReLU; the encoder's and the decoder's must agree
+(our model has one of each) or the import is refused by name. `layer_norm_epsilon` in config.json
+must be 1e-5 (CTranslate2's default for a LayerNorm with a bias, ours).
+
 Marian's zero vector as the first decoder input (`start_from_zero_embedding`, what CTranslate2's
 converters write for OPUS-MT models) becomes a token of our own: a target vocabulary row appended
 with a zero embedding and a -1e9 output bias, which decoding starts from and never writes (it is
@@ -225,12 +234,15 @@ def our_config(model: CT2Model, max_positions: int = 1024) -> ModelConfig:
         raise CT2ImportError(f"{model.path}: not supported: " + "; ".join(problems))
     d_model = v[src_embed].shape[1]
     heads = model.scalar("encoder/num_heads", "num_heads", default=16 if model.spec == "TransformerBig" else 8)
-    pre_norm = bool(model.scalar("encoder/pre_norm", "pre_norm", default=1))
+    pre_norm = _same_on_both_sides(model, "pre_norm", lambda side: bool(model.scalar(f"{side}/pre_norm", "pre_norm",
+                                                                                     default=1)))
+    activation = _same_on_both_sides(model, "activation", lambda side: model.scalar(f"{side}/activation",
+                                                                                    "activation", default=0))
     epsilon = model.config.get("layer_norm_epsilon")
     if epsilon not in (None, 1e-5):
         raise CT2ImportError(f"{model.path / 'config.json'}: layer_norm_epsilon {epsilon}; our model uses 1e-5")
-    scale = model.scalar("encoder/scale_embeddings", "scale_embeddings", default=1)
-    if not (scale in (0, 1) or abs(scale - d_model ** 0.5) < 1e-4):
+    scale = _same_on_both_sides(model, "embedding scale", lambda side: embedding_scale(model, side, d_model))
+    if not (scale == 1.0 or abs(scale - d_model ** 0.5) < 1e-4):
         raise CT2ImportError(f"{model.path}: embeddings scaled by {scale}; our model scales by 1 or sqrt(d_model)")
     tokens = {k: model.config.get(f"{k}_token", d) for k, d in (("unk", "<unk>"), ("bos", "<s>"), ("eos", "</s>"))}
     start = model.config.get("decoder_start_token", tokens["bos"])
@@ -258,14 +270,38 @@ def our_config(model: CT2Model, max_positions: int = 1024) -> ModelConfig:
         tgt_vocab_size=len(model.target_vocabulary) + extra, d_model=d_model,
         n_heads=int(heads), d_ff=v["encoder/layer_0/ffn/linear_0/weight"].shape[0], encoder_layers=encoder_layers,
         decoder_layers=decoder_layers, norm="pre" if pre_norm else "post",
-        activation=ACTIVATIONS[model.scalar("encoder/activation", "activation", default=0)],
+        activation=ACTIVATIONS[activation],
         share_embeddings=share, tie_output=False, output_bias="decoder/projection/bias" in v or bool(extra),
-        scale_embedding=scale not in (0, 1),
+        scale_embedding=scale != 1.0,
         dropout=0.0, max_positions=max_positions, pad_id=target[pad], bos_id=target.get(tokens["bos"], target[start]),
         eos_id=target[tokens["eos"]], unk_id=target[tokens["unk"]], decoder_start_id=target[start],
         # Marian appends </s> to every source whatever the file says (its tokenizer does); others as configured
         source_eos=zero_start(model) or bool(model.config.get("add_source_eos", False)),
         position_table=table is not None and not is_sinusoidal(table, d_model))
+
+
+def embedding_scale(model: CT2Model, side: str, d_model: int) -> float:
+    """What CTranslate2 multiplies `side`'s ("encoder" or "decoder") embeddings by, by its own rule
+    (src/layers/transformer.cc, build_embeddings_scale): the variable `{side}/scale_embeddings`,
+    or before it `{side}/embeddings/multiply_by_sqrt_depth`, is a flag when stored as int8 (a spec's
+    `True`, the default of every Transformer spec: sqrt(d_model); 0: none) and the factor itself
+    when stored as a float; a model without either is scaled by sqrt(d_model)."""
+    for name in (f"{side}/scale_embeddings", f"{side}/embeddings/multiply_by_sqrt_depth"):
+        if name in model.variables:
+            stored = model.variables[name]
+            if stored.dtype == torch.int8:
+                return d_model ** 0.5 if stored.item() else 1.0
+            return float(stored.item())
+    return d_model ** 0.5
+
+
+def _same_on_both_sides(model: CT2Model, what: str, read):
+    """read("encoder"), which must equal read("decoder"): our model has one setting for both."""
+    encoder, decoder = read("encoder"), read("decoder")
+    if encoder != decoder:
+        raise CT2ImportError(f"{model.path}: not supported: the encoder's {what} ({encoder}) differs from the "
+                             f"decoder's ({decoder}); our model has one for both")
+    return encoder
 
 
 ZERO_START = "<zero-start>"  # the target token standing for Marian's zero start vector

@@ -1,0 +1,137 @@
+"""Requests as an attacker sends them, through the app: each of them was a 500, a file read or a
+limit bypass (issue 44), and now gets a clear 4xx, or a 200 where the input is fine. Timing of
+the inputs that cost seconds of CPU: bench-free regression checks below on the functions, and on
+a real server in test_hostile_server.py."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from app.body_limit import json_shape_problem
+from app.markup import split_document, split_html
+from app.settings import Settings
+from model.protect import find_spans, take_out
+from model.sentences import split_sentences
+from model.terms import Terminology
+from tests.conftest import ready_client
+
+
+@pytest.fixture(scope="module")
+def client(tiny_sentinel_checkpoint):
+    settings = Settings(model_dirs=[str(tiny_sentinel_checkpoint)], workers=1, threads_per_worker=1, max_wait_ms=2,
+                        cache=False)
+    with ready_client(settings) as c:
+        yield c
+
+
+def seconds(f) -> float:
+    start = time.perf_counter()
+    f()
+    return time.perf_counter() - start
+
+
+# --- client input at the limits costs time linear in its size -----------------------------------
+# Each input cost seconds to hours before (quadratic or cubic); each must now take well under a
+# second at the size the server admits. Generous bounds: these fail on the old code by 10-1000x.
+MiB = 2**20
+LINEAR_INPUTS = [
+    ("JSON: escaped quotes, then brackets (4 MiB)",
+     lambda: json_shape_problem(b'\\"' * (2 * MiB) + b"[" * 40, 32, 10_000)),
+    ("sentences: a run of dots, then words (5,000 chars)", lambda: split_sentences("a" + "." * 2500 + " b" * 1249)),
+    ("sentences: the same at a file's 200,000 chars", lambda: split_sentences("a" + "." * 100_000 + " b" * 49_999)),
+    ("spans: one 200,000-letter word (the e-mail pattern)", lambda: find_spans("a" * 200_000)),
+    ("spans: printf flags, '%' + '0' * 200,000", lambda: find_spans("%" + "0" * 200_000)),
+    ("spans taken out: 50,000 placeholders", lambda: take_out("%s " * 50_000)),
+    ("HTML: '<a ' * 60,000, unclosed", lambda: split_html("<a " * 60_000)),
+    ("HTML with spans: '<a ' * 8,000", lambda: split_document("<a " * 8000, True, True)),
+    ("glossary: 5,000 entries of a 1,000-unit term against 2,500 words",
+     lambda: Terminology({"a " * 499 + f"b{i}": "x" for i in range(5)}).find("a " * 2500)),
+]
+
+
+@pytest.mark.parametrize("name,work", LINEAR_INPUTS, ids=[n for n, _ in LINEAR_INPUTS])
+def test_client_input_costs_linear_time(name, work):
+    assert seconds(work) < 1.0, name
+
+
+def test_glossary_matching_is_whole_word_and_longest_first():
+    terms = Terminology({"file": "Datei", "file manager": "Dateimanager", "Wi-Fi": "WLAN"}, ["C++", ".NET"])
+    found = terms.find("Open the File Manager, a file, wi-fi, profile, C++ and a.NET, .NET.")
+    assert [(m.output, m.entry) for m in found] == [("Dateimanager", "file manager"), ("Datei", "file"),
+                                                     ("WLAN", "Wi-Fi"), ("C++", "C++"), (".NET", ".NET")]
+
+
+# --- no 500 for any input ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("body", [
+    {"q": "Press İ to continue.", "source": "en", "target": "de", "do_not_translate": ["i"]},
+    {"q": "I am here.", "source": "en", "target": "de", "glossary": {"ı": "x"}},
+    {"q": "Press İ to continue.", "source": "en", "target": "de", "glossary": {"İ": "x"}},
+])
+def test_dotted_and_dotless_i_in_terms_translate(client, body):
+    assert client.post("/translate", json=body).status_code == 200
+
+
+@pytest.mark.parametrize("where", ["glossary source", "glossary target", "do_not_translate"])
+def test_a_lone_surrogate_in_a_term_is_a_400_that_says_so(client, where):
+    term = "ab\ud800c"
+    body = {"q": "Hello.", "source": "en", "target": "de"}
+    if where == "do_not_translate":
+        body["do_not_translate"] = [term]
+    else:
+        body["glossary"] = {term: "x"} if where == "glossary source" else {"x": term}
+    import json
+    data = json.dumps(body).encode()  # \\ud800 escaped: valid JSON, not valid Unicode
+    response = client.post("/translate", content=data, headers={"content-type": "application/json"})
+    assert response.status_code == 400, response.text
+    assert "surrogate" in response.json()["error"]
+
+
+def test_a_lone_surrogate_in_a_stored_glossary_name_is_a_400(client):
+    import json
+    data = json.dumps({"name": "n\udc00", "source_lang": "en", "target_lang": "de", "entries": "a\tb",
+                       "entries_format": "tsv"}).encode()
+    response = client.post("/v2/glossaries", content=data, headers={"content-type": "application/json"})
+    assert response.status_code == 400, response.text
+
+
+def test_deepl_glossary_id_that_is_not_a_string_is_a_400(client):
+    response = client.post("/v2/translate", json={"text": ["Hello."], "source_lang": "EN", "target_lang": "DE",
+                                                   "glossary_id": ["x"]})
+    assert response.status_code == 400, response.text
+    assert "glossary_id" in response.text
+
+
+# --- the .po reader never takes content for a path ----------------------------------------------
+
+@pytest.mark.parametrize("content", [b"/etc/passwd", b"/etc/hostname", b"/proc/self/environ"])
+def test_po_content_that_is_a_path_is_read_as_a_catalog(client, content):
+    response = client.post("/translate_file", files={"file": ("x.po", content)}, data={"source": "en", "target": "de"})
+    assert response.status_code == 400, response.text
+    assert "/etc" not in response.text and "/proc" not in response.text and "/tmp" not in response.text
+
+
+# --- secrets --------------------------------------------------------------------------------------
+
+def test_an_unreachable_redis_is_named_to_clients_without_its_address_and_to_the_log_without_its_password():
+    import asyncio
+
+    from app.storage import RedisStorage, StorageUnavailable
+
+    storage = RedisStorage("redis://:s3cret-pass@127.0.0.1:1/0")
+    with pytest.raises(StorageUnavailable) as caught:
+        asyncio.run(storage.check())
+    assert str(caught.value) == "the shared store is unavailable"
+    assert "s3cret-pass" not in caught.value.detail and "127.0.0.1:1" in caught.value.detail
+
+
+def test_ready_and_503_bodies_hold_no_store_credentials(tiny_sentinel_checkpoint):
+    settings = Settings(model_dirs=[str(tiny_sentinel_checkpoint)], workers=1, threads_per_worker=1,
+                        redis_url="redis://user:s3cret-pass@127.0.0.1:1/0")
+    with ready_client(settings) as c:
+        ready = c.get("/ready")
+        assert ready.json()["storage"] == "the shared store is unavailable" and "s3cret" not in ready.text
+        gone = c.get("/v1/alignments/0123456789abcdef0123456789abcdef")
+        assert gone.status_code == 503 and "s3cret" not in gone.text and "127.0.0.1" not in gone.text

@@ -1,0 +1,126 @@
+"""The inputs of issue 44 against a real server (uvicorn, a worker process, the document reader),
+with /health polled every 50 ms meanwhile: each gets its answer within a second, and /health never
+waits 100 ms. Before, each froze the whole server for seconds (JSON scan, sentence splitter, span
+patterns, HTML parser, client-built glossary regexes). And `nmt serve` takes X-Forwarded-For
+from nobody unless NMT_TRUST_FORWARDED_FOR says so.
+
+Run with `-s` to print the table of answer times and /health's slowest answer (SECURITY.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import running_server, wait_ready
+
+pytestmark = pytest.mark.e2e
+MiB = 2**20
+
+
+@pytest.fixture(scope="module")
+def server(tiny_sentinel_checkpoint):
+    with running_server({"NMT_MODEL_DIRS": str(tiny_sentinel_checkpoint), "NMT_WORKERS": "1",
+                         "NMT_THREADS_PER_WORKER": "1", "NMT_MAX_WAIT_MS": "2", "NMT_DETECT_LANGUAGES": "en,de",
+                         "NMT_CACHE": "false"}) as running:
+        yield running[0]
+
+
+class HealthPoller:
+    """GET /health every 50 ms on its own connection; the slowest answer while the block ran."""
+
+    def __init__(self, url: str):
+        self.url, self.slowest, self.running = url, 0.0, True
+
+    def __enter__(self):
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+        time.sleep(0.2)
+        return self
+
+    def _poll(self):
+        with httpx.Client(timeout=30) as client:
+            while self.running:
+                start = time.perf_counter()
+                client.get(f"{self.url}/health")
+                self.slowest = max(self.slowest, time.perf_counter() - start)
+                time.sleep(0.05)
+
+    def __exit__(self, *exc):
+        time.sleep(0.1)
+        self.running = False
+        self.thread.join()
+
+
+def _json(body) -> dict:
+    return {"content": json.dumps(body).encode(), "headers": {"content-type": "application/json"}}
+
+
+GLOSSARY = {f"term{i} word{i}": f"Begriff{i}" + "x" * 150 for i in range(5000)}  # ~1 MB of JSON
+ATTACKS = [  # (name, method, path, request keyword arguments, statuses it may get)
+    ("JSON: escaped quotes, then brackets (4 MiB, not JSON)", "/translate",
+     {"content": b'\\"' * (2 * MiB - 64) + b"[" * 40, "headers": {"content-type": "application/json"}}, {400}),
+    ("a text of 5,000: dots, then words", "/translate",
+     _json({"q": "a" + "." * 2500 + " b" * 1249, "source": "en", "target": "de"}), {200, 400}),
+    ("64 such texts", "/translate",
+     _json({"q": ["a" + "." * 2500 + " b" * 1249] * 64, "source": "en", "target": "de"}), {200, 400}),
+    (".txt of 'a' * 200,000", "/translate_file",
+     {"files": {"file": ("a.txt", b"a" * 200_000)}, "data": {"source": "en", "target": "de"}}, {400}),
+    (".txt of '%' + '0' * 200,000", "/translate_file",
+     {"files": {"file": ("a.txt", b"%" + b"0" * 199_999)}, "data": {"source": "en", "target": "de"}}, {200, 400}),
+    (".html of '<a ' * 60,000", "/translate_file",
+     {"files": {"file": ("a.html", b"<a " * 60_000)}, "data": {"source": "en", "target": "de"}}, {200, 400}),
+    ("format html: '<a ' * 1,666 in each of 64 texts", "/translate",
+     _json({"q": ["<a " * 1666] * 64, "source": "en", "target": "de", "format": "html"}), {200, 400}),
+    ("an inline glossary of 5,000 entries, ~1 MB", "/translate",
+     _json({"q": "Open term12 word12 now.", "source": "en", "target": "de", "glossary": GLOSSARY}), {200}),
+    ("another one, other terms", "/v1/translate",
+     _json({"text": "Open term13 word13 now.", "source": "en", "target": "de",
+            "glossary": {k + "y": v for k, v in GLOSSARY.items()}}), {200}),
+]
+
+
+def test_each_attack_is_answered_within_a_second_and_health_within_100_ms(server):
+    rows = []
+    with httpx.Client(timeout=120) as client:
+        for name, path, kwargs, statuses in ATTACKS:
+            with HealthPoller(server) as health:
+                start = time.perf_counter()
+                response = client.post(f"{server}{path}", **kwargs)
+                took = time.perf_counter() - start
+            rows.append((name, response.status_code, took, health.slowest))
+            assert response.status_code in statuses, (name, response.text[:300])
+    print("\n| input | status | answered in | /health slowest meanwhile |\n|---|---:|---:|---:|")
+    for name, status, took, slowest in rows:
+        print(f"| {name} | {status} | {took:.3f} s | {slowest * 1000:.0f} ms |")
+    assert all(took < 1.0 for _, _, took, _ in rows), rows
+    assert all(slowest < 0.1 for _, _, _, slowest in rows), rows
+
+
+def test_nmt_serve_counts_limits_by_the_peer_not_by_x_forwarded_for(tiny_sentinel_checkpoint):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "NMT_MODEL_DIRS": str(tiny_sentinel_checkpoint), "NMT_WORKERS": "1",
+           "NMT_THREADS_PER_WORKER": "1", "NMT_REQ_LIMIT": "2", "NMT_DETECT_LANGUAGES": "none", "NMT_CACHE": "false"}
+    process = subprocess.Popen([sys.executable, "-c", "from app.cli import main; main()", "serve", "--port", str(port)],
+                               cwd=Path(__file__).resolve().parents[1], env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, [process])
+        body = {"q": "Open the file.", "source": "en", "target": "de"}
+        assert [httpx.post(f"{url}/translate", json=body).status_code for _ in range(3)] == [200, 200, 429]
+        forged = httpx.post(f"{url}/translate", json=body, headers={"x-forwarded-for": "203.0.113.9"})
+        assert forged.status_code == 429, "a client chose its own address with X-Forwarded-For"
+    finally:
+        process.terminate()
+        process.wait(30)

@@ -35,9 +35,10 @@ class TranslationCache:
     def __init__(self, storage: Storage, ttl_s: float, fingerprints: dict[str, str]):
         self.storage, self.ttl_s, self.fingerprints = storage, ttl_s, fingerprints  # model id -> weights' hash
 
-    def key(self, batch: BatchKey, dtype: str, source: list[int]) -> str:
+    def key(self, batch: BatchKey, dtype: str, source: list[int], partition: str = "") -> str:
+        """`partition`: whose translations these are (NMT_CACHE_SCOPE); one partition never sees another's."""
         decided_by = [self.fingerprints[batch.model], dtype, batch.beam_size, batch.n_best, batch.length_penalty,
-                      batch.max_length, source]
+                      batch.max_length, source, partition]
         return "cache:" + hashlib.sha256(json.dumps(decided_by).encode()).hexdigest()
 
     async def get(self, keys: list[str]) -> list[TranslationResult | None]:

@@ -133,6 +133,11 @@ def kept_by_second_leg(terms: Terminology | None) -> list[str] | None:
 
 # --- the stores ----------------------------------------------------------------------------------
 
+def stored_bytes(g: Glossary) -> int:
+    """What a glossary takes in its store."""
+    return len(_record(g).encode("utf-8", "surrogatepass"))
+
+
 def _record(g: Glossary) -> str:
     return json.dumps(asdict(g), ensure_ascii=False)
 

@@ -30,7 +30,7 @@ from app.documents.isolated import DocumentReader
 from app.documents.limits import Limits
 from app.errors import ApiError
 from app.glossaries import inline_terminology, kept_by_second_leg, open_glossaries, owner_of
-from app.keys import ApiKey, open_keys
+from app.keys import configured_key, open_keys
 from app.language import LanguageDetector
 from app.limits import RateLimiter
 from app.metrics import Metrics
@@ -167,7 +167,7 @@ class Service:
             return request.headers["x-forwarded-for"].split(",")[-1].strip() or "unknown"
         return request.client.host if request.client else "unknown"
 
-    async def admit(self, request: Request, key: str | None, cost: int = 1) -> int:
+    async def admit(self, request: Request, key: str | None, cost: int = 1, key_required: bool = True) -> int:
         """Check the API key and count the call against its client's requests per minute
         (app/limits.py): a 403 for a wrong or missing key, a 429 past the limit. Returns the
         characters a text of this call may have."""
@@ -176,12 +176,14 @@ class Service:
         if key:
             encoded = key.encode("utf-8", "surrogatepass")
             if any(hmac.compare_digest(encoded, k.encode()) for k in s.api_keys):
-                api_key = ApiKey(key, 0, None)
+                api_key = configured_key(key)
             else:
                 api_key = await asyncio.to_thread(self.keys.lookup, key)
             if api_key is None:
+                # wrong guesses count per address: past NMT_MAX_KEY_FAILURES a minute, a 429
+                await self._count("bad-key:" + self.client_address(request), s.max_key_failures, 1)
                 raise ApiError(403, "Invalid API key")
-        elif s.require_api_key or s.api_keys:
+        elif key_required and (s.require_api_key or s.api_keys):
             raise ApiError(403, "an API key is required: pass api_key in the body or an X-API-Key header")
         if api_key:
             client, limit = "key:" + hashlib.sha256(encoded).hexdigest()[:32], api_key.req_limit
@@ -379,7 +381,10 @@ class Service:
         the translation cache (app/cache.py) has is not decoded again."""
         cache_keys, results = [], [None] * len(sources)
         if self.cache is not None and not key.attention:
-            cache_keys = [self.cache.key(key, self.dtype, source) for source in sources]
+            client, _ = getattr(request.state, "rate_limited_as", ("", 0))
+            # NMT_CACHE_SCOPE=key: an API key's translations are served from the cache to that key alone
+            partition = client if self.settings.cache_scope == "key" and client.startswith("key:") else ""
+            cache_keys = [self.cache.key(key, self.dtype, source, partition) for source in sources]
             try:
                 results = await self.cache.get(cache_keys)
             except StorageUnavailable as e:  # decode everything

@@ -70,6 +70,9 @@ class Settings(BaseSettings):
                                  "429.")
     request_timeout_s: float = Field(30.0, gt=0, description="Deadline of one translate request; past it, 504.")
     default_beam_size: int = Field(4, ge=1, le=16, description="Beam size of LibreTranslate-compatible calls.")
+    max_attention_values: int = Field(2_000_000, ge=1, description="Most attention values (layers x heads x "
+                                      "target x source tokens) one /v1/translate request may return or store "
+                                      "(include_attention, alignments); ~8 MB as float32, more as JSON.")
     alignment_max_items: int = Field(10_000, ge=0, description="Most stored alignments.")
     alignment_max_bytes: int = Field(256 * 2**20, ge=0, description="Most bytes of stored attention arrays.")
     alignment_ttl_s: float = Field(3600.0, gt=0, description="Seconds a stored alignment lives.")
@@ -84,6 +87,12 @@ class Settings(BaseSettings):
                            "replaces it.")
     char_limit: int = Field(0, ge=0, description="Characters per text for clients without a key's own char_limit; "
                             "0: NMT_MAX_CHARS. Never above NMT_MAX_CHARS.")
+    max_glossaries_per_key: int = Field(100, ge=1, description="Stored glossaries one API key may keep (clients "
+                                        "without a key share one allowance).")
+    max_glossary_bytes_per_key: int = Field(16 * 2**20, ge=1024, description="Bytes of stored glossaries one API "
+                                            "key may keep.")
+    max_key_failures: int = Field(20, ge=0, description="Wrong API keys one client address may send per minute; "
+                                  "past it, 429 (0: no limit).")
     trust_forwarded_for: bool = Field(False, description="Count limits by the last X-Forwarded-For address, the "
                                       "one the proxy in front of the service appended (set it behind one proxy that "
                                       "appends to that header, as nginx's $proxy_add_x_forwarded_for does, and only "
@@ -130,6 +139,10 @@ class Settings(BaseSettings):
                                       "66% right instead of 80%, see bench/langid.py).")
     cache: bool = Field(True, description="Translation cache: the same text, model and options decoded once "
                         "(app/cache.py); never for calls with attention or alignments.")
+    cache_scope: Literal["key", "shared"] = Field("key", description="Who shares cached translations: 'key', "
+                                                "each API key its own (clients without a key share theirs), so that "
+                                                "how fast an answer comes tells no key what another translated; "
+                                                "'shared', everyone.")
     cache_bytes: int = Field(64 * 2**20, ge=0, description="Bytes of cached translations this process keeps.")
     cache_ttl_s: float = Field(86400.0, gt=0, description="Seconds a cached translation lives.")
     redis_url: str = Field("", description="Redis shared by every replica (redis://host:6379/0): rate-limit counts, "

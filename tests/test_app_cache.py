@@ -68,3 +68,20 @@ def test_opt_out(tiny_checkpoint):
         translate(c)
         translate(c)
         assert counts(c) == {"hit": 0.0, "miss": 0.0, "decoded": 2.0}
+
+
+def test_api_keys_do_not_share_cached_translations(tiny_checkpoint):
+    """NMT_CACHE_SCOPE=key: a key is never served what another key had translated (how fast it
+    came back would tell it so); the same key is."""
+    settings = Settings(model_dirs=[str(tiny_checkpoint)], workers=1, threads_per_worker=1, max_wait_ms=2,
+                        dtype="float32", api_keys=["key-a", "key-b"])
+    with ready_client(settings) as c:
+        body = {"text": "Close the window now.", "source": "en", "target": "de", "max_length": 8}
+        c.post("/v1/translate", json=body, headers={"x-api-key": "key-a"})
+        before = counts(c)
+        c.post("/v1/translate", json=body, headers={"x-api-key": "key-b"})
+        middle = counts(c)
+        c.post("/v1/translate", json=body, headers={"x-api-key": "key-b"})
+        after = counts(c)
+    assert middle["hit"] == before["hit"] and middle["decoded"] == before["decoded"] + 1  # key-b: not key-a's
+    assert after["hit"] == middle["hit"] + 1  # its own

@@ -1,6 +1,6 @@
 """End to end against `uvicorn app.main:app` in a subprocess (settings from NMT_* variables):
 concurrent mixed requests equal the offline Translator's output, batches form, the OpenAPI
-schema survives schemathesis without a 5xx, and SIGINT lets in-flight requests finish."""
+schema survives schemathesis without a 5xx (while /health answers within 100 ms), and SIGINT lets in-flight requests finish."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from app.settings import Settings
 from app.worker import FAULT_SLOW
 from model.translator import Translator
 from tests.conftest import running_server
+from tests.test_hostile_server import HealthPoller
 
 pytestmark = pytest.mark.e2e
 
@@ -50,6 +51,7 @@ def server(tiny_checkpoint):
            "NMT_MAX_WAIT_MS": "30", "NMT_DTYPE": "float32", "NMT_MAX_ITEMS": "8", "NMT_MAX_CHARS": "300",
            "NMT_FAULT_INJECTION": "true", "NMT_DETECT_LANGUAGES": "en,de,fr", "NMT_DETECT_PRELOAD": "true",
            "NMT_MAX_BODY_BYTES": "100000",
+           "NMT_MAX_KEY_FAILURES": "0",  # the fuzzer sends made-up keys: it would soon get only 429s
            "NMT_CACHE": "false"}  # faults and batching are about decoding: nothing from the cache
     with running_server(env) as running:
         yield running
@@ -146,14 +148,25 @@ def test_a_huge_body_is_refused_while_it_streams_without_growing_the_server(serv
 schema = schemathesis.openapi.from_dict(create_app(Settings(model_dirs=[])).openapi())
 
 
+@pytest.fixture(scope="module")
+def health(server):
+    """/health polled every 50 ms from the first fuzzed case to the end of the module."""
+    with HealthPoller(server[0]) as poller:
+        yield poller
+
+
 @schema.parametrize()
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-def test_openapi_schema_fuzz_gives_no_server_error(case, server):
+def test_openapi_schema_fuzz_gives_no_server_error(case, server, health):
     if isinstance(case.body, dict) and "target" in case.body:
         case.body.update(source="en", target="de")  # a served pair, so fuzzing reaches the model
     case.call_and_validate(base_url=server[0], timeout=60,
                            checks=[not_a_server_error, status_code_conformance, content_type_conformance,
                                    response_schema_conformance])
+
+
+def test_health_answered_within_100_ms_while_fuzzed(health):
+    assert health.answers > 100 and health.slowest < 0.1, (health.answers, health.slowest)
 
 
 def test_sigint_lets_in_flight_requests_finish(server):

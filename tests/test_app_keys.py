@@ -5,6 +5,7 @@ and a key's char_limit."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 import subprocess
 import sys
@@ -64,14 +65,18 @@ def test_memory_storage_expires_counters_and_bounds_bytes_per_kind():
 def test_key_store_round_trip(tmp_path):
     store = KeyStore(tmp_path / "keys.db")
     assert store.lookup("nope") is None and not (tmp_path / "keys.db").exists()  # reading creates nothing
-    key = store.add(10, char_limit=50)
-    assert store.lookup(key.key) == key and len(key.key) >= 32
-    assert store.add(0, "mine", char_limit=0).char_limit is None  # 0: the server's
+    key, record = store.add(10, char_limit=50)
+    assert store.lookup(key) == record and len(key) >= 32
+    assert store.add(0, "mine", char_limit=0)[1].char_limit is None  # 0: the server's
     assert store.lookup("mine").req_limit == 0
     store.add(7, "mine")  # replaced
     assert [k.req_limit for k in store.all()] == [10, 7]
-    assert store.lookup("mine\ud800") is None and store.lookup(key.key[:-1]) is None
+    assert store.lookup("mine\ud800") is None and store.lookup(key[:-1]) is None
     assert store.remove("mine") and not store.remove("mine")
+    # only digests are kept, in a file only its owner reads
+    assert (tmp_path / "keys.db").stat().st_mode & 0o777 == 0o600
+    assert key.encode() not in (tmp_path / "keys.db").read_bytes() and record.digest == hashlib.sha256(
+        key.encode()).hexdigest()
     with pytest.raises(ValueError):
         store.add(-1)
 
@@ -85,7 +90,10 @@ def test_nmt_keys_cli(tmp_path):
     key = added.stdout.strip()
     assert run("add", "5", "--key", "fixed").stdout.strip() == "fixed"
     listed = run("list").stdout
-    assert f"{key}\t120 requests/minute, 5000 characters/text" in listed and "fixed\t5 requests/minute" in listed
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    assert f"{key[:4]}…\t{digest[:12]}\t120 requests/minute, 5000 characters/text" in listed
+    assert "fixe…\t" in listed and "5 requests/minute" in listed and key not in listed  # shown once, at add
+    assert run("remove", digest[:12]).returncode == 0 and key[:4] + "…" not in run("list").stdout
     assert run("remove", "fixed").returncode == 0
     gone = run("remove", "fixed")
     assert gone.returncode != 0 and "no such key" in gone.stderr
@@ -146,3 +154,26 @@ def test_key_char_limit(served):
     assert lt(client, "three-per-minute", q=long_text).json() == {"error": "q has 26 characters; at most 20"}
     assert lt(client, "unlimited", q=long_text).status_code == 200
     assert lt(client, "wrong").status_code == 403
+
+
+def test_wrong_keys_are_counted_per_address(served, monkeypatch):
+    client, _ = served
+    monkeypatch.setattr(client.app.state.service.settings, "max_key_failures", 3)
+    answers = [lt(client, f"guess-{i}").status_code for i in range(5)]  # (earlier tests guessed once)
+    first = answers.index(429)
+    assert 1 <= first <= 3 and set(answers[:first]) == {403} and set(answers[first:]) == {429}, answers
+
+
+def test_a_file_of_keys_in_plain_text_becomes_digests(tmp_path):
+    import sqlite3
+
+    db = tmp_path / "old.db"
+    with sqlite3.connect(db) as old:  # the schema keys were kept in before
+        old.execute("CREATE TABLE api_keys (key_sha256 TEXT PRIMARY KEY, api_key TEXT NOT NULL, "
+                    "req_limit INTEGER NOT NULL, char_limit INTEGER, created REAL NOT NULL)")
+        old.execute("INSERT INTO api_keys VALUES (?, ?, 5, NULL, 0)",
+                    (hashlib.sha256(b"old-secret-key").hexdigest(), "old-secret-key"))
+    store = KeyStore(db)
+    assert store.lookup("old-secret-key").req_limit == 5
+    store.close()
+    assert b"old-secret-key" not in db.read_bytes() and db.stat().st_mode & 0o777 == 0o600

@@ -135,3 +135,41 @@ def test_ready_and_503_bodies_hold_no_store_credentials(tiny_sentinel_checkpoint
         assert ready.json()["storage"] == "the shared store is unavailable" and "s3cret" not in ready.text
         gone = c.get("/v1/alignments/0123456789abcdef0123456789abcdef")
         assert gone.status_code == 503 and "s3cret" not in gone.text and "127.0.0.1" not in gone.text
+
+
+# --- limits that hold ---------------------------------------------------------------------------
+
+@pytest.fixture
+def limited(tiny_sentinel_checkpoint, tmp_path):
+    settings = Settings(model_dirs=[str(tiny_sentinel_checkpoint)], workers=1, threads_per_worker=1, max_wait_ms=2,
+                        cache=False, req_limit=4, keys_db=str(tmp_path / "keys.db"), max_glossaries_per_key=2,
+                        max_glossary_bytes_per_key=4096, max_attention_values=5_000)
+    with ready_client(settings) as c:
+        yield c
+
+
+def test_stored_glossaries_are_capped_per_key(limited):
+    def create(name: str, entries: str):
+        return limited.post("/v2/glossaries", json={"name": name, "source_lang": "en", "target_lang": "de",
+                                                    "entries": entries, "entries_format": "tsv"})
+
+    assert create("big", "".join(f"term{i}\tBegriff{i}\n" for i in range(300))).status_code == 413
+    assert [create(f"g{i}", "file\tDatei").status_code for i in range(3)] == [201, 201, 400]
+
+
+def test_attention_per_request_is_capped(limited):
+    body = {"text": ["Open the file and save it now."] * 3, "source": "en", "target": "de", "max_length": 20,
+            "n_best": 4, "beam_size": 4, "alignments": True}
+    response = limited.post("/v1/translate", json=body)
+    assert response.status_code == 413 and "NMT_MAX_ATTENTION_VALUES" in response.json()["error"]
+
+
+def test_get_routes_count_against_the_rate_limit(limited):
+    answers = [limited.get("/v1/alignments/0123456789abcdef0123456789abcdef").status_code for _ in range(6)]
+    assert answers[:4] == [404] * 4 and answers[4:] == [429, 429]
+
+
+def test_a_sentence_costs_one_against_the_limit(limited):
+    text = " ".join(["Open the file."] * 5)  # one text, five sentences: five of the four a minute allowed
+    response = limited.post("/translate", json={"q": text, "source": "en", "target": "de"})
+    assert response.status_code == 429, response.text

@@ -38,7 +38,7 @@ class HealthPoller:
     """GET /health every 50 ms on its own connection; the slowest answer while the block ran."""
 
     def __init__(self, url: str):
-        self.url, self.slowest, self.running = url, 0.0, True
+        self.url, self.slowest, self.answers, self.running = url, 0.0, 0, True
 
     def __enter__(self):
         self.thread = threading.Thread(target=self._poll, daemon=True)
@@ -52,6 +52,7 @@ class HealthPoller:
                 start = time.perf_counter()
                 client.get(f"{self.url}/health")
                 self.slowest = max(self.slowest, time.perf_counter() - start)
+                self.answers += 1
                 time.sleep(0.05)
 
     def __exit__(self, *exc):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Literal
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Header, Path, Query, Request
 
 from app.alignments import hard_alignment, rounded, select, to_words
 from app.errors import ApiError
@@ -23,8 +23,9 @@ def _check(name: str, choice: Selection, size: int) -> None:
 
 
 @router.get("/v1/alignments/{alignment_id}", response_model=AlignmentResponse,
-            responses=errors(400, 404, 503), summary="Attention of a translation stored with alignments=true")
+            responses=errors(400, 403, 404, 429, 503), summary="Attention of a translation stored with alignments=true")
 async def get_alignment(
+    request: Request,
     service: ServiceDep,
     alignment_id: str = Path(description="The alignment_id of a translation or alternative.", max_length=64,
                              examples=["0b7c3e5f2a9d4c1e8f6a2b4d6c8e0f1a"]),
@@ -35,7 +36,10 @@ async def get_alignment(
     granularity: Literal["subword", "word"] = Query("subword", description="'word' merges SentencePiece "
                                                     "pieces into words (rows still sum to 1).", examples=["word"]),
     hard: bool = Query(False, description="Include Pharaoh 'source-target' pairs.", examples=[True]),
+    x_api_key: str | None = Header(None, description="API key, where the server requires one.", examples=["my-key"]),
 ):
+    # counted against the caller's rate limit; the id itself is the capability (as /download_file's)
+    await service.admit(request, x_api_key, key_required=False)
     stored = await service.alignments.get(alignment_id)
     if stored is None:
         raise ApiError(404, f"no alignment {alignment_id!r}: unknown or expired "

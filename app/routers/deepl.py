@@ -29,7 +29,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from app import markup
 from app.errors import ApiError
 from app.forms import read_fields
-from app.glossaries import MAX_ENTRIES, new_glossary, owner_of, parse_entries
+from app.glossaries import MAX_ENTRIES, new_glossary, owner_of, parse_entries, stored_bytes
 from app.protocol import DeepLErrorResponse
 from app.registry import reported_code
 from app.routers import ServiceDep
@@ -215,6 +215,15 @@ async def create_glossary(request: Request, service: ServiceDep):
         raise ApiError(400, f"Invalid glossary entries provided: {e} (at most {MAX_ENTRIES:,} entries, 1,024 "
                        "characters a term)") from None
     glossary = new_glossary(name.strip(), source, target, parsed, owner_of(key))
+    s = service.settings
+    kept = await asyncio.to_thread(service.glossaries.list, glossary.owner)
+    if len(kept) >= s.max_glossaries_per_key:
+        raise ApiError(400, f"this API key has {len(kept)} glossaries, the most it may keep "
+                       "(NMT_MAX_GLOSSARIES_PER_KEY): delete one first")
+    size = sum(map(stored_bytes, kept)) + stored_bytes(glossary)
+    if size > s.max_glossary_bytes_per_key:
+        raise ApiError(413, f"this API key's glossaries would take {size:,} bytes; it may keep "
+                       f"{s.max_glossary_bytes_per_key:,} (NMT_MAX_GLOSSARY_BYTES_PER_KEY): delete some first")
     await asyncio.to_thread(service.glossaries.put, glossary)
     return JSONResponse(glossary.info(), status_code=201)
 

@@ -161,13 +161,16 @@ async def _translate_texts(request: Request, service, model, texts: list[str], h
     return await asyncio.to_thread(lambda: [part.join([next(found) for _ in part.sentences]) for part in parts])
 
 
-@router.get("/download_file/{file}", name="download_file", responses=errors(404, 503),
+@router.get("/download_file/{file}", name="download_file", responses=errors(403, 404, 429, 503),
             summary="Download a translated file (LibreTranslate-compatible)")
-async def download_file(service: ServiceDep,
+async def download_file(request: Request, service: ServiceDep,
                         file: str = Path(description="'<id>.<name>', the last part of translatedFileUrl.",
                                          examples=["5f0c9e1a2b3c4d5e6f708192a3b4c5d6.guide_de.docx"])):
     """The file under its original name with the target language added, for NMT_FILE_TTL_S after
     it was translated."""
+    # counted against the caller's rate limit; the id in translatedFileUrl is the capability, and
+    # LibreTranslate's clients fetch it without a key
+    await service.admit(request, request.headers.get("x-api-key"), key_required=False)
     file_id, _, _ = file.partition(".")
     found = await service.files.get(file_id)
     if found is None:

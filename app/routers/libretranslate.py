@@ -184,7 +184,7 @@ def rebuild(document: markup.Document, per_sentence: list[list[str]]) -> list[st
                               "text when q was a list); [] for a text without letters.",
                               "content": {"application/json": {"example": [{"confidence": 97.3, "language": "de"},
                                                                           {"confidence": 2.7, "language": "en"}]}}},
-                        **errors(400, 403)},
+                        **errors(400, 403, 429)},
              summary="Detect the language (LibreTranslate-compatible)", openapi_extra=request_body(LTDetectRequest))
 async def detect(request: Request, service: ServiceDep):
     """The likeliest languages of each text among the 75 the detector knows (or NMT_DETECT_LANGUAGES),

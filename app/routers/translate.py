@@ -63,7 +63,7 @@ async def translation_out(service: Service, model_id: str, result: TranslationRe
 
 
 @router.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_none=True,
-             responses=errors(400, 403, 429, 503, 504), summary="Translate one text or a list of texts")
+             responses=errors(400, 403, 413, 429, 503, 504), summary="Translate one text or a list of texts")
 async def translate(body: TranslateRequest, request: Request, service: ServiceDep,
                     x_api_key: str | None = Header(None, description="API key (alternative to body api_key).",
                                                    examples=["my-key"])):
@@ -106,6 +106,21 @@ async def translate(body: TranslateRequest, request: Request, service: ServiceDe
                              timing=timing)
 
 
+def _check_attention_size(results: list[TranslationResult], body: TranslateRequest, limit: int) -> None:
+    """A 413 when the attention this request asks for (every hypothesis's, stored as alignments;
+    the best one's, in the response) holds more than `limit` values (NMT_MAX_ATTENTION_VALUES)."""
+    values = 0
+    for r in results:
+        if body.alignments:
+            values += sum(h.attention.size for h in r.hypotheses if h.attention is not None)
+        if body.include_attention and r.hypotheses[0].attention is not None:
+            values += r.hypotheses[0].attention.size
+    if values > limit:
+        raise ApiError(413, f"the attention asked for holds {values:,} values (layers x heads x target x source "
+                       f"tokens, per text and hypothesis); at most {limit:,} per request (NMT_MAX_ATTENTION_VALUES): "
+                       "send fewer or shorter texts, or fewer hypotheses")
+
+
 async def translate_one_hop(body: TranslateRequest, request: Request, service: Service, key: str | None,
                             texts: list[str], char_limit: int, start: float) -> TranslateResponse:
     """/v1/translate's work with one model."""
@@ -134,6 +149,7 @@ async def translate_one_hop(body: TranslateRequest, request: Request, service: S
     results = await asyncio.to_thread(lambda: [
         put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m.taken_out else restore(r, m.spans, m.text)
         for r, m in zip(decoded, masked)])
+    _check_attention_size(results, body, service.settings.max_attention_values)
     translations = [await translation_out(service, model.id, r, body) for r in results]
     if terms:  # every masked term is in the output (protect.repair); the others could not be masked
         for out, text, m in zip(translations, texts, masked):

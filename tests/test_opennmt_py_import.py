@@ -5,6 +5,9 @@ wrong reading of any flag (the embedding scale, the norm position, the position 
 vocabulary order) changes its translations: ours must be CTranslate2's, token for token, greedy
 and beam 4 in float32, and in int8 within one differing sentence in 40.
 
+The same files as an Argos package (a folder, and an .argosmodel) are served through /translate,
+/v1/translate and the English pivot, and each answer is CTranslate2's on the same package.
+
 Which test catches which misreading: `scale_embeddings` read as a factor of 1 (issue 45), or
 `pre_norm`, or the position table, or the vocabulary's ids: test_decodes_as_ctranslate2_decodes
 (every one changes most of the 40 reversals); the flag rule itself, including a float factor and
@@ -19,17 +22,18 @@ from pathlib import Path
 import pytest
 import torch
 
+from app.settings import Settings
 from model.config import ModelConfig
 from model.convert.ctranslate2 import CT2Model, embedding_scale, import_ct2
 from model.transformer import Transformer
 from model.translator import Translator
-from tests.conftest import train_tiny_spm
+from tests.conftest import ready_client, train_tiny_spm
 from tests.test_ct2_import import interleaved_positions
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
 SPECIALS = ["<unk>", "<blank>", "<s>", "</s>"]  # OpenNMT-py's order
-WORDS = [f"w{i}" for i in range(20)]
+WORDS = [f"\u2581w{i}" for i in range(20)]  # SentencePiece's pieces of the words w0 ... w19
 VOCAB = SPECIALS + WORDS
 D_MODEL = 32
 
@@ -164,3 +168,101 @@ def test_the_embedding_scale_follows_ctranslate2s_rule():
     old = {"encoder/embeddings/multiply_by_sqrt_depth": torch.tensor(1, dtype=torch.int8)}
     assert embedding_scale(model_with(old), "encoder", 64) == sqrt_d
     assert embedding_scale(model_with({}), "encoder", 64) == sqrt_d  # neither variable: scaled
+
+
+# --- the same model as an Argos package, through the service ------------------------------------
+
+def word_spm(path: Path) -> Path:
+    """A SentencePiece word model whose pieces are the toy's words, as an Argos package carries one."""
+    import io
+
+    import sentencepiece as spm
+
+    rng = random.Random(0)
+    lines = [" ".join(f"w{rng.randrange(20)}" for _ in range(6)) for _ in range(2000)]
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model, model_type="word",
+                                   vocab_size=23, character_coverage=1.0, minloglevel=2)
+    path.write_bytes(model.getvalue())
+    return path
+
+
+def argos_package(root: Path, ct2_dir: Path, spm_path: Path, from_code: str, to_code: str) -> Path:
+    import json
+    import shutil
+
+    package = root / f"translate-{from_code}_{to_code}-1_0"
+    shutil.copytree(ct2_dir, package / "model")
+    shutil.copy(spm_path, package / "sentencepiece.model")
+    names = {"en": "English", "de": "German", "fr": "French"}
+    (package / "metadata.json").write_text(json.dumps({
+        "package_version": "1.0", "argos_version": "1.9", "from_code": from_code, "from_name": names[from_code],
+        "to_code": to_code, "to_name": names[to_code]}))
+    return package
+
+
+@pytest.fixture(scope="module")
+def packages(converted, tmp_path_factory):
+    """fr->en and en->de, both the reversing model: fr->de through English gives the text back."""
+    root = tmp_path_factory.mktemp("argos")
+    spm_path = word_spm(root / "words.model")
+    ct2_dir = converted["float32"][0]
+    folder = root / "packages"
+    return folder, [argos_package(folder, ct2_dir, spm_path, *pair) for pair in (("fr", "en"), ("en", "de"))], spm_path
+
+
+def ct2_translate(ct2_dir: Path, spm_path: Path, texts: list[str], beam: int) -> list[str]:
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(spm_path))
+    translator = ctranslate2.Translator(str(ct2_dir), device="cpu", compute_type="float32")
+    results = translator.translate_batch([sp.encode(t, out_type=str) for t in texts], beam_size=beam,
+                                         max_decoding_length=12)
+    return [sp.decode(r.hypotheses[0]) for r in results]
+
+
+def texts(n: int = 40) -> list[str]:
+    return [" ".join(VOCAB[i][1:] for i in s) for s in sentences(n)]
+
+
+def test_the_service_translates_an_argos_package_as_ctranslate2_does(packages, tmp_path):
+    folder, (fr_en, en_de), spm_path = packages
+    settings = Settings(model_dirs=[str(folder)], model_cache=str(tmp_path / "cache"), workers=1,
+                        threads_per_worker=1, max_wait_ms=2, dtype="float32", detect_languages=["none"], cache=False)
+    sources = texts()
+    with ready_client(settings) as client:
+        for beam in (1, 4):
+            expected = ct2_translate(en_de / "model", spm_path, sources, beam)
+            v1 = client.post("/v1/translate", json={"text": sources, "source": "en", "target": "de",
+                                                    "beam_size": beam, "max_length": 12})
+            assert [t["text"] for t in v1.json()["translations"]] == expected, beam
+            # the pivot: fr -> en -> de, each leg as CTranslate2 translates it
+            middle = ct2_translate(fr_en / "model", spm_path, sources, beam)
+            through = ct2_translate(en_de / "model", spm_path, middle, beam)
+            pivot = client.post("/v1/translate", json={"text": sources, "source": "fr", "target": "de",
+                                                       "beam_size": beam, "max_length": 12}).json()
+            assert pivot["pivot"] == "en" and [t["text"] for t in pivot["translations"]] == through, beam
+        lt = client.post("/translate", json={"q": sources, "source": "en", "target": "de"})  # beam 4
+        assert lt.json()["translatedText"] == ct2_translate(en_de / "model", spm_path, sources, 4)
+        lt_pivot = client.post("/translate", json={"q": sources[:8], "source": "fr", "target": "de"})
+        middle = ct2_translate(fr_en / "model", spm_path, sources[:8], 4)
+        assert lt_pivot.json()["translatedText"] == ct2_translate(en_de / "model", spm_path, middle, 4)
+    reversed_back = sum(t == s for t, s in zip(through, sources))
+    assert reversed_back >= 30  # reversed twice: the text itself, for most
+
+
+def test_an_argosmodel_file_translates_as_its_folder_does(packages, tmp_path):
+    import zipfile
+
+    _, (_, en_de), spm_path = packages
+    archive = tmp_path / "translate-en_de-1_0.argosmodel"
+    with zipfile.ZipFile(archive, "w") as z:
+        for path in en_de.rglob("*"):
+            z.write(path, path.relative_to(en_de.parent))
+    settings = Settings(model_dirs=[str(archive)], model_cache=str(tmp_path / "cache"), workers=1,
+                        threads_per_worker=1, max_wait_ms=2, dtype="float32", detect_languages=["none"], cache=False)
+    sources = texts(8)
+    with ready_client(settings) as client:
+        got = client.post("/v1/translate", json={"text": sources, "source": "en", "target": "de", "beam_size": 4,
+                                                 "max_length": 12}).json()
+    assert [t["text"] for t in got["translations"]] == ct2_translate(en_de / "model", spm_path, sources, 4)

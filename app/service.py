@@ -317,6 +317,24 @@ class Service:
         except TermError as e:
             raise ApiError(400, str(e)) from None
 
+    async def split_documents(self, request: Request, texts: list[str], html: bool, models: list[ServedModel],
+                              terms: dict[str, Terminology | None], field: str, charge: bool) -> list[markup.Document]:
+        """Each text cut into sentences for its model (app/markup.py: spans and terms masked where
+        the model has sentinels), off the event loop; a 400 past NMT_MAX_SEGMENTS sentences; with
+        `charge`, each sentence past the first of a text counted against the client's limit."""
+        depth = self.settings.max_html_depth
+        documents = await asyncio.to_thread(lambda: [
+            markup.split_document(text, html, spans=model.protects_spans, foreign=model.tokenizer.cannot_spell,
+                                  max_depth=depth, terms=terms[model.id], annotate=model.reads_annotations)
+            for text, model in zip(texts, models)])
+        sentences = sum(len(document.sentences) for document in documents)
+        if sentences > self.settings.max_segments:
+            raise ApiError(400, f"{field} splits into {sentences} sentences; at most {self.settings.max_segments} per "
+                           "request (NMT_MAX_SEGMENTS): send fewer or shorter texts")
+        if charge:
+            await self.charge(request, sentences - len(texts))
+        return documents
+
     def encode_text(self, model: ServedModel, text: str, name: str) -> list[int]:
         """Token ids of one masked text, or a 400 naming it (`name`) and the model's limit (never truncated)."""
         ids = model.encode(text)

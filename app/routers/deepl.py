@@ -136,16 +136,7 @@ async def translate_hop(request: Request, service: Service, texts: list[str], ht
     resolved = await service.resolve_each(source, target, readable, "text")
     terms = {m.id: await service.terminology(None, glossary_id, None, key, m)
              for m in {m.id: m for m, _ in resolved}.values()}
-    documents = await asyncio.to_thread(lambda: [
-        markup.split_document(t, html, spans=m.protects_spans, foreign=m.tokenizer.cannot_spell, max_depth=depth,
-                              terms=terms[m.id], annotate=m.reads_annotations)
-        for t, (m, _) in zip(texts, resolved)])
-    sentences = sum(len(d.sentences) for d in documents)
-    if sentences > service.settings.max_segments:
-        raise ApiError(400, f"text splits into {sentences} sentences; at most {service.settings.max_segments} per "
-                       "request (NMT_MAX_SEGMENTS): send fewer or shorter texts")
-    if charge:
-        await service.charge(request, sentences - len(texts))
+    documents = await service.split_documents(request, texts, html, [m for m, _ in resolved], terms, "text", charge)
     translated: list[str] = [""] * len(texts)
     by_model: dict[str, list[int]] = {}
     for i, (m, _) in enumerate(resolved):

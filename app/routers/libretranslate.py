@@ -109,16 +109,7 @@ async def translate_texts(request: Request, service: Service, body: LTTranslateR
     key = body.api_key or request.headers.get("x-api-key")
     terms = {model.id: await service.terminology(body.glossary, body.glossary_id, body.do_not_translate, key, model)
              for model in {m.id: m for m, _ in resolved}.values()}
-    documents = await asyncio.to_thread(lambda: [
-        markup.split_document(text, html, spans=model.protects_spans, foreign=model.tokenizer.cannot_spell,
-                              max_depth=depth, terms=terms[model.id], annotate=model.reads_annotations)
-        for text, (model, _) in zip(texts, resolved)])
-    sentences = sum(len(document.sentences) for document in documents)
-    if sentences > service.settings.max_segments:
-        raise ApiError(400, f"q splits into {sentences} sentences; at most {service.settings.max_segments} per "
-                       "request (NMT_MAX_SEGMENTS): send fewer or shorter texts")
-    if charge:
-        await service.charge(request, sentences - len(texts))
+    documents = await service.split_documents(request, texts, html, [m for m, _ in resolved], terms, "q", charge)
     by_model: dict[str, list[int]] = {}
     for i, (model, _) in enumerate(resolved):
         by_model.setdefault(model.id, []).append(i)

@@ -6,7 +6,8 @@ vocabulary order) changes its translations: ours must be CTranslate2's, token fo
 and beam 4 in float32, and in int8 within one differing sentence in 40.
 
 The same files as an Argos package (a folder, and an .argosmodel) are served through /translate,
-/v1/translate and the English pivot, and each answer is CTranslate2's on the same package.
+/v1/translate, the English pivot and `nmt translate`, and each answer is CTranslate2's on the same
+package.
 
 Which test catches which misreading: `scale_embeddings` read as a factor of 1 (issue 45), or
 `pre_norm`, or the position table, or the vocabulary's ids: test_decodes_as_ctranslate2_decodes
@@ -249,6 +250,17 @@ def test_the_service_translates_an_argos_package_as_ctranslate2_does(packages, t
         assert lt_pivot.json()["translatedText"] == ct2_translate(en_de / "model", spm_path, middle, 4)
     reversed_back = sum(t == s for t, s in zip(through, sources))
     assert reversed_back >= 30  # reversed twice: the text itself, for most
+    # `nmt translate` on the checkpoint the service converted the package into
+    import subprocess
+    import sys
+
+    served = next(m.parent for m in (tmp_path / "cache").rglob("metadata.json")
+                  if '"target_lang": "de"' in m.read_text())
+    cli = subprocess.run([sys.executable, "-m", "app.cli", "translate", "--model", str(served), "--beam", "4",
+                          "--dtype", "float32", "--max-length", "12"], input="\n".join(sources) + "\n",
+                         capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert cli.returncode == 0, cli.stderr
+    assert cli.stdout.splitlines() == ct2_translate(en_de / "model", spm_path, sources, 4)
 
 
 def test_an_argosmodel_file_translates_as_its_folder_does(packages, tmp_path):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.storage import Storage
+from app.storage import Storage, charge_quota
 
 EOS = "</s>"
 WORD_START = "\u2581"  # SentencePiece's "▁": the piece begins a word
@@ -42,14 +42,17 @@ class Alignment:
 
 
 class AlignmentStore:
-    def __init__(self, storage: Storage, ttl_s: float, max_bytes: int):
-        self.storage, self.ttl_s, self.max_bytes = storage, ttl_s, max_bytes
+    def __init__(self, storage: Storage, ttl_s: float, max_bytes: int, client_bytes: int = 0):
+        self.storage, self.ttl_s, self.max_bytes, self.client_bytes = storage, ttl_s, max_bytes, client_bytes
 
-    async def put(self, alignment: Alignment) -> str | None:
-        """Store it and return its id; None when it alone exceeds the byte bound (or the store is off)."""
+    async def put(self, alignment: Alignment, owner: str = "") -> str | None:
+        """Store it and return its id; None when it alone exceeds the byte bound (or the store is
+        off); QuotaExceeded past the owner's share (NMT_CLIENT_ALIGNMENT_BYTES)."""
         data = alignment.to_bytes()
         if len(data) > self.max_bytes:
             return None
+        await charge_quota(self.storage, "alignments", owner, len(data), self.client_bytes, self.ttl_s,
+                           "NMT_CLIENT_ALIGNMENT_BYTES")
         key = secrets.token_hex(16)
         return key if await self.storage.put(f"alignment:{key}", data, self.ttl_s) else None
 

@@ -7,15 +7,18 @@ from __future__ import annotations
 import json
 import secrets
 
-from app.storage import Storage
+from app.storage import Storage, charge_quota
 
 
 class FileStore:
-    def __init__(self, storage: Storage, ttl_s: float):
-        self.storage, self.ttl_s = storage, ttl_s
+    def __init__(self, storage: Storage, ttl_s: float, client_bytes: int = 0):
+        self.storage, self.ttl_s, self.client_bytes = storage, ttl_s, client_bytes
 
-    async def put(self, name: str, data: bytes) -> str | None:
-        """Its id; None when it alone is larger than the store takes."""
+    async def put(self, name: str, data: bytes, owner: str = "") -> str | None:
+        """Its id; None when it alone is larger than the store takes; QuotaExceeded past the
+        owner's share (NMT_CLIENT_FILE_BYTES)."""
+        await charge_quota(self.storage, "translated files", owner, len(data), self.client_bytes, self.ttl_s,
+                           "NMT_CLIENT_FILE_BYTES")
         file_id = secrets.token_hex(16)
         header = json.dumps({"name": name}).encode() + b"\n"
         return file_id if await self.storage.put(f"file:{file_id}", header + data, self.ttl_s) else None

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from app.markup import TooDeep
-from app.storage import StorageUnavailable
+from app.storage import QuotaExceeded, StorageUnavailable
 
 log = logging.getLogger("uvicorn.error")
 
@@ -108,6 +108,10 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(TooDeep)
     async def too_deep(request: Request, exc: TooDeep):
         return error_response(400, str(exc), path=request.url.path)
+
+    @app.exception_handler(QuotaExceeded)
+    async def quota_exceeded(request: Request, exc: QuotaExceeded):
+        return error_response(429, str(exc), path=request.url.path)
 
     @app.exception_handler(StorageUnavailable)
     async def storage_unavailable(request: Request, exc: StorageUnavailable):

@@ -88,9 +88,10 @@ class Service:
         self.settings = settings
         self.metrics = Metrics()
         self.storage = open_storage(settings)  # shared with other replicas when it is Redis
-        self.alignments = AlignmentStore(self.storage, settings.alignment_ttl_s, settings.alignment_max_bytes)
+        self.alignments = AlignmentStore(self.storage, settings.alignment_ttl_s, settings.alignment_max_bytes,
+                                         settings.client_alignment_bytes)
         self.limiter = RateLimiter(self.storage)
-        self.files = FileStore(self.storage, settings.file_ttl_s)
+        self.files = FileStore(self.storage, settings.file_ttl_s, settings.client_file_bytes)
         self.documents = DocumentReader(document_limits(settings), settings.document_parsers)
         self.cache: TranslationCache | None = None  # made in start(), with the models' fingerprints
         self.keys = open_keys(settings.keys_db, settings.redis_url)
@@ -193,6 +194,12 @@ class Service:
         request.state.rate_limited_as = (client, limit)  # for charge(): what the request turns out to cost
         char_limit = (api_key.char_limit if api_key and api_key.char_limit else s.char_limit) or s.max_chars
         return min(char_limit, s.max_chars)
+
+    @staticmethod
+    def owner(request: Request) -> str:
+        """Whom stored results are counted against: the client admit() counted the request for."""
+        client, _ = getattr(request.state, "rate_limited_as", ("unknown", 0))
+        return client
 
     async def charge(self, request: Request, cost: int) -> None:
         """Count `cost` more against the client admit() counted this request for, once the request

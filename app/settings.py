@@ -75,6 +75,9 @@ class Settings(BaseSettings):
                                       "(include_attention, alignments); ~8 MB as float32, more as JSON.")
     alignment_max_items: int = Field(10_000, ge=0, description="Most stored alignments.")
     alignment_max_bytes: int = Field(256 * 2**20, ge=0, description="Most bytes of stored attention arrays.")
+    client_alignment_bytes: int = Field(64 * 2**20, ge=0, description="Bytes of alignments one client (API key, "
+                                        "else address) may store within NMT_ALIGNMENT_TTL_S; past it, 429 (0: no "
+                                        "quota).")
     alignment_ttl_s: float = Field(3600.0, gt=0, description="Seconds a stored alignment lives.")
     cors_origins: CommaList = Field([], description="Origins allowed by CORS ('*' for any); empty: CORS off.")
     api_keys: CommaList = Field([], description="Keys without limits, given here: when set, every call needs a "
@@ -103,6 +106,8 @@ class Settings(BaseSettings):
     file_ttl_s: float = Field(1800.0, gt=0, description="Seconds a translated file can be downloaded.")
     file_store_bytes: int = Field(256 * 2**20, ge=0, description="Most bytes of translated files kept at once (the "
                                   "oldest go first).")
+    client_file_bytes: int = Field(64 * 2**20, ge=0, description="Bytes of translated files one client (API key, "
+                                   "else address) may store within NMT_FILE_TTL_S; past it, 429 (0: no quota).")
     max_file_chars: int = Field(200_000, ge=1, description="Most characters of text in one file to translate.")
     file_timeout_s: float = Field(600.0, gt=0, description="Deadline of one file translation; past it, 504.")
     # Untrusted files: what one may hold, checked before a parser sees it (SECURITY.md)

@@ -36,6 +36,25 @@ def _without(error: Exception, url: str) -> str:
     return str(error).replace(url, redacted(url))
 
 
+class QuotaExceeded(Exception):
+    """A client would store more than its share of a kind of stored result; the message says so."""
+
+
+async def charge_quota(storage: Storage, what: str, owner: str, size: int, quota: int, ttl_s: float,
+                       setting: str) -> None:
+    """Count `size` bytes of `what` stored by `owner` (a key's digest or an address) over the
+    results' lifetime `ttl_s`; QuotaExceeded, and nothing counted, past `quota` (0: no quota). The
+    count lives in the storage (Redis: shared by every replica), so one client's results cannot
+    fill the store and evict everyone else's."""
+    if quota <= 0:
+        return
+    counter = f"quota:{what}:{owner}"
+    if await storage.add(counter, size, ttl_s) > quota:
+        await storage.add(counter, -size, ttl_s)
+        raise QuotaExceeded(f"this client has stored its share of {what} for now: at most {quota:,} bytes "
+                            f"within {ttl_s:g} s ({setting}); retry later")
+
+
 def redacted(url: str) -> str:
     """A store URL without its password: redis://:***@host:6379/0."""
     return re.sub(r"(?<=://)([^/@]*?):[^/@]*@", r"\1:***@", url)

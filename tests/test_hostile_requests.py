@@ -173,3 +173,14 @@ def test_a_sentence_costs_one_against_the_limit(limited):
     text = " ".join(["Open the file."] * 5)  # one text, five sentences: five of the four a minute allowed
     response = limited.post("/translate", json={"q": text, "source": "en", "target": "de"})
     assert response.status_code == 429, response.text
+
+
+def test_one_clients_stored_results_cannot_fill_the_store(tiny_sentinel_checkpoint):
+    settings = Settings(model_dirs=[str(tiny_sentinel_checkpoint)], workers=1, threads_per_worker=1, max_wait_ms=2,
+                        cache=False, api_keys=["k1", "k2"], client_alignment_bytes=6_000)
+    body = {"text": "Open the file now.", "source": "en", "target": "de", "max_length": 8, "alignments": True}
+    with ready_client(settings) as c:
+        first = [c.post("/v1/translate", json=body, headers={"x-api-key": "k1"}).status_code for _ in range(8)]
+        assert first[0] == 200 and first[-1] == 429 and "NMT_CLIENT_ALIGNMENT_BYTES" in c.post(
+            "/v1/translate", json=body, headers={"x-api-key": "k1"}).text
+        assert c.post("/v1/translate", json=body, headers={"x-api-key": "k2"}).status_code == 200  # its own share

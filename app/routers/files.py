@@ -114,7 +114,7 @@ async def translate_file(request: Request, service: ServiceDep):
     except DocumentError as e:
         raise ApiError(e.status, f"{upload.filename}: translated, but {e.message}") from None
     name = documents.output_name(upload.filename, model.target)
-    file_id = await service.files.put(name, data)
+    file_id = await service.files.put(name, data, service.owner(request))
     if file_id is None:
         raise ApiError(413, f"the translated file has {len(data):,} bytes; the server keeps at most "
                        f"{s.file_store_bytes:,} (NMT_FILE_STORE_BYTES)")

@@ -36,12 +36,13 @@ def finite(score: float) -> float:
     return score if math.isfinite(score) else -1e30
 
 
-async def translation_out(service: Service, model_id: str, result: TranslationResult, body: TranslateRequest):
+async def translation_out(service: Service, request: Request, model_id: str, result: TranslationResult,
+                          body: TranslateRequest):
     stored = {}
     if body.alignments:
         for k, h in enumerate(result.hypotheses):
             stored[k] = await service.alignments.put(Alignment(model_id, result.source_tokens, h.target_tokens,
-                                                               h.attention))
+                                                               h.attention), service.owner(request))
 
     def repair(h: Translation) -> SpanRepair | None:
         if not h.repaired:
@@ -98,7 +99,7 @@ async def translate(body: TranslateRequest, request: Request, service: ServiceDe
             out.leg_alignment_ids = [leg.alignment_id, out.alignment_id]
             legs = [await service.alignments.get(i) if i else None for i in out.leg_alignment_ids]
             composed = compose(*legs, f"{body.source}-{body.target}") if all(legs) else None
-            out.alignment_id = await service.alignments.put(composed) if composed else None
+            out.alignment_id = await service.alignments.put(composed, service.owner(request)) if composed else None
     timing = Timing(queue_ms=first.timing.queue_ms + second.timing.queue_ms,
                     compute_ms=first.timing.compute_ms + second.timing.compute_ms,
                     total_ms=round((time.perf_counter() - start) * 1000, 2))
@@ -150,7 +151,7 @@ async def translate_one_hop(body: TranslateRequest, request: Request, service: S
         put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m.taken_out else restore(r, m.spans, m.text)
         for r, m in zip(decoded, masked)])
     _check_attention_size(results, body, service.settings.max_attention_values)
-    translations = [await translation_out(service, model.id, r, body) for r in results]
+    translations = [await translation_out(service, request, model.id, r, body) for r in results]
     if terms:  # every masked term is in the output (protect.repair); the others could not be masked
         for out, text, m in zip(translations, texts, masked):
             out.terms = TermsReport(**report(terms, {t.entry for t in terms.find(text)}, m.terms_used(out.text)))

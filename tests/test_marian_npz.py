@@ -228,3 +228,76 @@ def test_nmt_model_dirs_takes_a_release_folder(tmp_path, tokenizer_files):  # no
     assert first == again and json.loads((first[0] / "metadata.json").read_text())["target_lang"] == "de"
     translator = Translator.load(first[0], device="cpu", dtype="float32")
     assert translator.translate(["Hello world."])[0].hypotheses[0].token_ids
+
+
+def write_trained_release(folder: Path, hf, tokenizer_files) -> list[str]:  # noqa: F811
+    """train_mapping's model in Marian's release layout (post-norm, shared vocabulary, Swish): HF's
+    names mapped back onto Marian's, as Marian itself would have saved the model."""
+    s = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
+    vocab = pieces(tokenizer_files["src"][1])  # HF's vocabulary less its appended <pad>
+    row = lambda a: a[None, :].astype(np.float32)  # noqa: E731 (Marian keeps vectors as 1 x n)
+    w = {"Wemb": s["model.shared.weight"][:len(vocab)], "Wpos": marian_positions(64, D).numpy(),
+         "decoder_ff_logit_out_b": s["final_logits_bias"][:, :len(vocab)]}
+
+    def attention(scope: str, hf_scope: str, norm: str):
+        for p, name in zip("qkvo", ("q_proj", "k_proj", "v_proj", "out_proj")):
+            w[f"{scope}_W{p}"], w[f"{scope}_b{p}"] = s[f"{hf_scope}.{name}.weight"].T, row(s[f"{hf_scope}.{name}.bias"])
+        w[f"{scope}_Wo_ln_scale"], w[f"{scope}_Wo_ln_bias"] = row(s[f"{norm}.weight"]), row(s[f"{norm}.bias"])
+
+    for side in ("encoder", "decoder"):
+        for i in range(1, LAYERS + 1):
+            layer = f"model.{side}.layers.{i - 1}"
+            attention(f"{side}_l{i}_self", f"{layer}.self_attn", f"{layer}.self_attn_layer_norm")
+            if side == "decoder":
+                attention(f"{side}_l{i}_context", f"{layer}.encoder_attn", f"{layer}.encoder_attn_layer_norm")
+            ffn = f"{side}_l{i}_ffn"
+            w[f"{ffn}_W1"], w[f"{ffn}_b1"] = s[f"{layer}.fc1.weight"].T, row(s[f"{layer}.fc1.bias"])
+            w[f"{ffn}_W2"], w[f"{ffn}_b2"] = s[f"{layer}.fc2.weight"].T, row(s[f"{layer}.fc2.bias"])
+            w[f"{ffn}_ffn_ln_scale"] = row(s[f"{layer}.final_layer_norm.weight"])
+            w[f"{ffn}_ffn_ln_bias"] = row(s[f"{layer}.final_layer_norm.bias"])
+    model_yml = {"type": "transformer", "dim-emb": D, "dim-vocabs": [len(vocab)] * 2, "enc-depth": LAYERS,
+                 "dec-depth": LAYERS, "transformer-heads": HEADS, "transformer-dim-ffn": FFN,
+                 "transformer-ffn-activation": "swish", "transformer-decoder-autoreg": "self-attention",
+                 "transformer-preprocess": "", "transformer-postprocess": "dan", "transformer-postprocess-top": "",
+                 "transformer-postprocess-emb": "d", "transformer-no-projection": False,
+                 "transformer-guided-alignment-layer": "last", "tied-embeddings-all": True, "tied-embeddings": True}
+    w["special:model.yml"] = np.frombuffer(yaml.safe_dump(model_yml).encode() + b"\0", dtype=np.int8)
+    folder.mkdir(parents=True, exist_ok=True)
+    np.savez(folder / "model.npz", **{k: np.ascontiguousarray(v, dtype=v.dtype) for k, v in w.items()})
+    write_vocab(folder / "vocab.yml", vocab)
+    (folder / "decoder.yml").write_text(yaml.safe_dump({"models": ["model.npz"], "vocabs": ["vocab.yml"] * 2,
+                                                        "beam-size": 4, "normalize": 1}))
+    (folder / "source.spm").write_bytes(Path(tokenizer_files["src"][0]).read_bytes())
+    (folder / "target.spm").write_bytes(Path(tokenizer_files["src"][0]).read_bytes())
+    (folder / "README.md").write_text("# opus\n\n* source language(s): eng\n* target language(s): deu\n")
+    return vocab
+
+
+def test_a_trained_release_decodes_as_ctranslate2s_marian_converter_reads_it(tmp_path, tokenizer_files):  # noqa: F811
+    """A model that learned a word mapping, saved as a Marian release and converted by CTranslate2's
+    MarianConverter: ours reads the release and decodes as CTranslate2 decodes its conversion,
+    greedy and beam 4 in float32, int8 within one sentence in 40."""
+    from tests.test_marian_parity import EOS, mapped, mapping_words, train_mapping
+
+    hf = train_mapping(tmp_path / "hf", tokenizer_files)
+    vocab = write_trained_release(tmp_path / "release", hf, tokenizer_files)
+    ours_dir = import_marian_npz(tmp_path / "release", tmp_path / "ours")
+    words = mapping_words(40)
+    sources = [w + [EOS] for w in words]
+    for quantization in ("float32", "int8"):
+        ct2_dir = tmp_path / f"ct2-{quantization}"
+        ctranslate2.converters.MarianConverter(str(tmp_path / "release" / "model.npz"),
+                                               [str(tmp_path / "release" / "vocab.yml")] * 2).convert(
+            str(ct2_dir), quantization=None if quantization == "float32" else quantization, force=True)
+        theirs = ctranslate2.Translator(str(ct2_dir), device="cpu", compute_type="float32")
+        ours = Translator.load(ours_dir, device="cpu", dtype="float32" if quantization == "float32" else "int8")
+        for beam in (1, 4):
+            expected = [r.hypotheses[0] for r in theirs.translate_batch([[vocab[i] for i in w] for w in words],
+                                                                       beam_size=beam, max_decoding_length=12,
+                                                                       min_decoding_length=0)]
+            got = [[vocab[i] for i in r.hypotheses[0].token_ids]
+                   for r in ours.translate(sources, beam_size=beam, max_decoding_length=12)]
+            differing = sum(g != e for g, e in zip(got, expected))
+            assert differing <= (0 if quantization == "float32" else 1), (quantization, beam, differing)
+        learned = sum(e == [vocab[mapped(i)] for i in w] for e, w in zip(expected, words))
+        assert learned >= 30, f"the toy model maps only {learned} of 40"

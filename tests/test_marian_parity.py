@@ -5,6 +5,7 @@ teacher-forced logits, greedy and beam search tokens, scores and n-best order, a
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,44 @@ def build_hf(directory: Path, tokenizer_files, activation: str, shared: bool, eo
     (directory / "tokenizer_config.json").write_text(json.dumps(tok_config))
     # compare against what a user would load from the directory, not the in-memory object
     return MarianMTModel.from_pretrained(directory).eval()
+
+
+def mapped(x: int) -> int:
+    """The toy task of train_mapping: each id in 5..39 becomes another (a permutation)."""
+    return (x * 7) % 35 + 5
+
+
+def mapping_words(count: int, seed: int = 1) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(5, 40) for _ in range(rng.randint(3, 7))] for _ in range(count)]
+
+
+def train_mapping(directory: Path, tokenizer_files, steps: int = 400) -> MarianMTModel:
+    """build_hf's shared post-norm Swish model trained for seconds on `mapped` (each source word to
+    its image, in order), saved into `directory`: a model that has learned something, so that a
+    wrong scale, position table or vocabulary changes what it writes (random weights hide that)."""
+    hf = build_hf(directory, tokenizer_files, "swish", shared=True, eos_bias=0.0)
+    pad = hf.config.pad_token_id
+    rng = random.Random(0)
+    with torch.no_grad():
+        for name, p in hf.named_parameters():  # a trainable start (build_hf's weights are peaked on purpose)
+            if p.dim() > 1 and "embed_positions" not in name:  # the sinusoids stay
+                torch.nn.init.xavier_uniform_(p)
+        hf.model.shared.weight[pad] = 0
+    hf.train()
+    optimizer = torch.optim.Adam(hf.parameters(), lr=3e-3)
+    for _ in range(steps):
+        words = [[rng.randrange(5, 40) for _ in range(rng.randint(3, 7))] for _ in range(64)]
+        source, _ = padded([w + [EOS] for w in words], pad)
+        labels, _ = padded([[mapped(x) for x in w] + [EOS] for w in words], -100)
+        loss = hf(input_ids=source, attention_mask=source != pad, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        with torch.no_grad():  # <pad> starts the decoder: Marian's zero vector (the tied output layer moves it)
+            hf.model.shared.weight[pad] = 0
+    hf.eval().save_pretrained(directory)
+    return hf
 
 
 def padded(sources: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:

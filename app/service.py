@@ -17,6 +17,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -324,16 +325,35 @@ class Service:
         except TermError as e:
             raise ApiError(400, str(e)) from None
 
+    def cpu_budget(self, what: str) -> Callable[[], None]:
+        """A check to call between texts of client-sized work (in the thread doing it): a 413 once
+        that thread has spent NMT_TEXT_CPU_BUDGET_S of CPU time on `what`. Every step is linear in
+        its input; this bounds what all the texts of one request may cost together."""
+        limit, start = self.settings.text_cpu_budget_s, time.thread_time()
+
+        def check() -> None:
+            if time.thread_time() - start > limit:
+                raise ApiError(413, f"{what} took more than {limit:g} s of CPU time (NMT_TEXT_CPU_BUDGET_S): "
+                               "send less text, or less markup, per request")
+        return check
+
     async def split_documents(self, request: Request, texts: list[str], html: bool, models: list[ServedModel],
                               terms: dict[str, Terminology | None], field: str, charge: bool) -> list[markup.Document]:
         """Each text cut into sentences for its model (app/markup.py: spans and terms masked where
         the model has sentinels), off the event loop; a 400 past NMT_MAX_SEGMENTS sentences; with
         `charge`, each sentence past the first of a text counted against the client's limit."""
         depth = self.settings.max_html_depth
-        documents = await asyncio.to_thread(lambda: [
-            markup.split_document(text, html, spans=model.protects_spans, foreign=model.tokenizer.cannot_spell,
-                                  max_depth=depth, terms=terms[model.id], annotate=model.reads_annotations)
-            for text, model in zip(texts, models)])
+
+        def split() -> list[markup.Document]:
+            within_budget, out = self.cpu_budget(f"cutting {field} into sentences"), []
+            for text, model in zip(texts, models):
+                out.append(markup.split_document(text, html, spans=model.protects_spans,
+                                                 foreign=model.tokenizer.cannot_spell, max_depth=depth,
+                                                 terms=terms[model.id], annotate=model.reads_annotations))
+                within_budget()
+            return out
+
+        documents = await asyncio.to_thread(split)
         sentences = sum(len(document.sentences) for document in documents)
         if sentences > self.settings.max_segments:
             raise ApiError(400, f"{field} splits into {sentences} sentences; at most {self.settings.max_segments} per "
@@ -365,7 +385,10 @@ class Service:
         """Each text (as accept_texts returned it) masked (its protected spans, and `terms`, as
         sentinels) and its token ids, each translated as one sequence; a 400 when the model's token
         limit refuses one."""
-        masked = [model.mask(text, terms) for text in texts]
+        within_budget, masked = self.cpu_budget(f"masking {field}"), []
+        for text in texts:
+            masked.append(model.mask(text, terms))
+            within_budget()
         return masked, [self.encode_text(model, m.text, item_name(field, i, len(texts))) for i, m in enumerate(masked)]
 
     async def translate_sentences(self, request: Request, key: BatchKey, model: ServedModel,

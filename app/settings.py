@@ -94,6 +94,9 @@ class Settings(BaseSettings):
                                         "without a key share one allowance).")
     max_glossary_bytes_per_key: int = Field(16 * 2**20, ge=1024, description="Bytes of stored glossaries one API "
                                             "key may keep.")
+    text_cpu_budget_s: float = Field(10.0, gt=0, description="CPU seconds one request's (or file's) texts may take to "
+                                     "be cut into sentences and masked; past it, 413. Every step is linear: at the "
+                                     "default limits a request takes well under a second.")
     max_key_failures: int = Field(20, ge=0, description="Wrong API keys one client address may send per minute; "
                                   "past it, 429 (0: no limit).")
     trust_forwarded_for: bool = Field(False, description="Count limits by the last X-Forwarded-For address, the "

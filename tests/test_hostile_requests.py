@@ -184,3 +184,30 @@ def test_one_clients_stored_results_cannot_fill_the_store(tiny_sentinel_checkpoi
         assert first[0] == 200 and first[-1] == 429 and "NMT_CLIENT_ALIGNMENT_BYTES" in c.post(
             "/v1/translate", json=body, headers={"x-api-key": "k1"}).text
         assert c.post("/v1/translate", json=body, headers={"x-api-key": "k2"}).status_code == 200  # its own share
+
+
+def test_a_requests_texts_have_a_cpu_budget(tiny_sentinel_checkpoint):
+    settings = Settings(model_dirs=[str(tiny_sentinel_checkpoint)], workers=1, threads_per_worker=1, max_wait_ms=2,
+                        cache=False, text_cpu_budget_s=0.001)
+    with ready_client(settings) as c:
+        response = c.post("/translate", json={"q": ["<b>Open</b> the %s file. " * 200] * 8, "source": "en",
+                                              "target": "de", "format": "html"})
+    assert response.status_code == 413 and "NMT_TEXT_CPU_BUDGET_S" in response.json()["error"]
+
+
+def test_a_keys_char_limit_holds_on_deepl_and_on_files(tiny_sentinel_checkpoint, tmp_path):
+    from app.keys import KeyStore
+
+    KeyStore(tmp_path / "keys.db").add(0, "twenty", char_limit=20)
+    settings = Settings(model_dirs=[str(tiny_sentinel_checkpoint)], workers=1, threads_per_worker=1, max_wait_ms=2,
+                        cache=False, keys_db=str(tmp_path / "keys.db"))
+    long_text = "Open the file and save it."  # 26 characters
+    with ready_client(settings) as c:
+        deepl = c.post("/v2/translate", json={"text": [long_text], "source_lang": "EN", "target_lang": "DE"},
+                       headers={"Authorization": "DeepL-Auth-Key twenty"})
+        assert deepl.status_code == 400 and "at most 20" in deepl.text
+        file = c.post("/translate_file", files={"file": ("a.txt", long_text.encode())},
+                      data={"source": "en", "target": "de", "api_key": "twenty"})
+        assert file.status_code == 400 and "at most 20" in file.text
+        assert c.post("/v2/translate", json={"text": ["Open it."], "source_lang": "EN", "target_lang": "DE"},
+                      headers={"Authorization": "DeepL-Auth-Key twenty"}).status_code == 200

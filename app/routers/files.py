@@ -129,10 +129,13 @@ async def _translate_texts(request: Request, service, model, texts: list[str], h
     but the first counts against the client's limit (the file counted one when admitted)."""
     s = service.settings
 
-    def prepare():  # client-sized work: off the event loop
-        parts = [markup.split_document(t, is_html, spans=model.protects_spans, foreign=model.tokenizer.cannot_spell,
-                                       max_depth=s.max_html_depth, terms=terms, annotate=model.reads_annotations)
-                 for t, is_html in zip(texts, html)]
+    def prepare():  # client-sized work: off the event loop, within the file's CPU budget
+        within_budget, parts = service.cpu_budget(f"cutting {filename} into sentences"), []
+        for t, is_html in zip(texts, html):
+            parts.append(markup.split_document(t, is_html, spans=model.protects_spans,
+                                               foreign=model.tokenizer.cannot_spell, max_depth=s.max_html_depth,
+                                               terms=terms, annotate=model.reads_annotations))
+            within_budget()
         sentences = [sentence for part in parts for sentence in part.sentences]
         return parts, [service.encode_sentence(model, sentence, f"a sentence of {filename}", terms)
                        for sentence in sentences]

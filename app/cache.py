@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import asdict
 
 from app.scheduler import BatchKey
 from app.storage import Storage
@@ -36,9 +37,10 @@ class TranslationCache:
         self.storage, self.ttl_s, self.fingerprints = storage, ttl_s, fingerprints  # model id -> weights' hash
 
     def key(self, batch: BatchKey, dtype: str, source: list[int], partition: str = "") -> str:
-        """`partition`: whose translations these are (NMT_CACHE_SCOPE); one partition never sees another's."""
-        decided_by = [self.fingerprints[batch.model], dtype, batch.beam_size, batch.n_best, batch.length_penalty,
-                      batch.max_length, source, partition]
+        """`partition`: whose translations these are (NMT_CACHE_SCOPE); one partition never sees another's.
+        Every field of the batch key counts, by construction: an option added there can never be
+        served another option's cached translation."""
+        decided_by = [self.fingerprints[batch.model], dtype, asdict(batch), source, partition]
         return "cache:" + hashlib.sha256(json.dumps(decided_by).encode()).hexdigest()
 
     async def get(self, keys: list[str]) -> list[TranslationResult | None]:

@@ -7,11 +7,9 @@ and a crash (segfault, OOM kill, CUDA error) takes down one replica, which is re
 server. Processes are spawned (fork is unsafe with CUDA and with torch's thread pools).
 
 The process itself is app/worker_process.py, the only place torch is imported. Each worker
-talks to the server over a pipe: one batch in, its results out. Messages are pickled
-with the plain pickler, so tensors travel as bytes instead of shared-memory handles (which need
-file-descriptor passing). The server side, WorkerPool, hands each batch to an idle worker and
-turns a worker's exception into an error for that batch only; a worker that dies or hangs is
-replaced, and `status()` says so meanwhile.
+talks to the server over a pipe (app/pipe.py): one batch in, its results out. The server side,
+WorkerPool, hands each batch to an idle worker and turns a worker's exception into an error for
+that batch only; a worker that dies or hangs is replaced, and `status()` says so meanwhile.
 """
 
 from __future__ import annotations
@@ -20,32 +18,19 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
-import pickle
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.pipe import receive_message, send_message
 from app.scheduler import BatchKey
-
-# Test-only faults (NMT_FAULT_INJECTION=true): a source containing one of these words makes the
-# worker raise, exit abruptly, or stall for FAULT_SLOW_S (app/worker_process.py).
-FAULT_RAISE, FAULT_EXIT, FAULT_SLOW = "boomboom", "crashcrash", "sleepsleep"
-FAULT_SLOW_S = 4.0  # how long FAULT_SLOW holds its worker: well past the tests' request deadline
 
 log = logging.getLogger("uvicorn.error")
 
 
 class WorkerError(Exception):
     """The batch failed in a worker (it raised, died or hung); only that batch's requests fail."""
-
-
-def send_message(conn, message) -> None:
-    conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
-
-
-def receive_message(conn):
-    return pickle.loads(conn.recv_bytes())
 
 
 def _worker_entry(*args) -> None:

@@ -14,7 +14,7 @@ from collections import OrderedDict
 
 import torch
 
-from app.worker import FAULT_EXIT, FAULT_RAISE, FAULT_SLOW, FAULT_SLOW_S, receive_message, send_message
+from app.pipe import FAULT_EXIT, FAULT_RAISE, FAULT_SLOW, FAULT_SLOW_S, receive_message, send_message
 from model.results import TranslationResult
 from model.translator import Translator
 

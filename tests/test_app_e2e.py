@@ -22,8 +22,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from app.main import create_app
+from app.pipe import FAULT_SLOW
 from app.settings import Settings
-from app.worker import FAULT_SLOW
 from model.translator import Translator
 from tests.conftest import running_server
 from tests.test_hostile_server import HealthPoller

@@ -1,5 +1,5 @@
 """Faults over real HTTP (uvicorn in a thread): a worker that raises, hangs past the deadline,
-dies; a client that leaves. Faults come from NMT_FAULT_INJECTION's magic words (app/worker.py)."""
+dies; a client that leaves. Faults come from NMT_FAULT_INJECTION's magic words (app/pipe.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 import uvicorn
 
 from app.main import create_app
+from app.pipe import FAULT_EXIT, FAULT_RAISE, FAULT_SLOW
 from app.settings import Settings
-from app.worker import FAULT_EXIT, FAULT_RAISE, FAULT_SLOW
 from model.translator import Translator
 
 pytestmark = pytest.mark.e2e

@@ -48,7 +48,7 @@ def test_compose_scaled_profile():
     assert "./deploy/nginx.conf:/etc/nginx/nginx.conf:ro" in lb["volumes"] and lb["depends_on"] == ["nmt-replica"]
     assert "    server nmt-replica:8000 " in (ROOT / "deploy/nginx.conf").read_text()
     # only lb named: the GPU service (no profile) would start too with a plain `up`
-    assert "--scale nmt-replica=3 lb" in (ROOT / "README.md").read_text()
+    assert "--scale nmt-replica=3 lb" in (ROOT / "docs" / "deployment.md").read_text()
 
 
 @pytest.mark.e2e

@@ -1,6 +1,6 @@
 """Accelerator marks in UI strings: `&File` (Qt, Windows), `_Open` (GTK), `~Save` (LibreOffice).
 
-The model was trained on catalogs with these marks removed (training/corpus.py), so a mark in its
+The model was trained on catalogs with these marks removed (training/corpus/common.py), so a mark in its
 input is noise it copies or garbles (`&File` -> `& Datei`). The Translator gives it the string
 without the mark and puts the mark back in the translation, before the first letter of the word
 whose first piece attended most to the marked word (the cross-attention, as the repair of protected

@@ -1,4 +1,4 @@
-"""Fast tests for training/corpus.py on tiny fixture pairs (no network, no packages)."""
+"""Fast tests for training/corpus/ on tiny fixture pairs (no network, no packages)."""
 import sqlite3
 import struct
 

@@ -235,6 +235,13 @@ class Document:
         return (set(self.terms.values()) | self.placed_terms
                 | {a.entry for a in self.annotations if term_used(translation, a.target)})
 
+    def versions(self, per_sentence: list[list[str]]) -> list[str]:
+        """The document's best translation, then its alternatives, from each sentence's hypotheses:
+        version k takes hypothesis k of every sentence (as many versions as its sentence with the
+        fewest hypotheses has)."""
+        count = min((len(hypotheses) for hypotheses in per_sentence), default=1)
+        return [self.join([hypotheses[k] for hypotheses in per_sentence]) for k in range(count)]
+
     def join(self, translations: list[str]) -> str:
         """The document with each sentence replaced by its translation (masked like the sentence)."""
         texts = [escape(t, quote=False) if self.html else t for t in translations]

@@ -43,7 +43,7 @@ from app.suggestions import SuggestionStore
 from app.worker import WorkerError, WorkerPool
 from model import protect
 from model.clean import clean_text, lone_surrogate
-from model.results import TranslationResult, terms_first
+from model.results import TranslationResult, put_back, terms_first
 from model.terms import TermError, Terminology, retry_beam_size
 
 log = logging.getLogger("uvicorn.error")  # uvicorn configures this one; it is its server log
@@ -390,6 +390,29 @@ class Service:
             masked.append(model.mask(text, terms))
             within_budget()
         return masked, [self.encode_text(model, m.text, item_name(field, i, len(texts))) for i, m in enumerate(masked)]
+
+    async def translate_documents(self, request: Request, model: ServedModel, documents: list[markup.Document],
+                                  n_best: int, names: list[str], terms: Terminology | None = None,
+                                  ) -> list[list[list[str]]]:
+        """The n_best hypotheses (texts, masked like the sentences) of each sentence of each document
+        (app/markup.py), all sentences in one job, for LibreTranslate's and DeepL's routes; `names`
+        are how errors name the documents."""
+        positions = [(i, j) for i, document in enumerate(documents) for j in range(len(document.sentences))]
+        if not positions:
+            return [[] for _ in documents]
+        prepared = await asyncio.to_thread(lambda: [
+            self.encode_sentence(model, documents[i].sentences[j], f"a sentence of {names[i]}", terms)
+            for i, j in positions])
+        for (i, _), (taken_out, _) in zip(positions, prepared):  # a model without sentinels places its terms
+            documents[i].placed_terms.update(taken_out.terms.values() if taken_out else ())
+        # a model without sentinels puts the placeholders it was not shown back by the attention
+        key = BatchKey(model.id, beam_size=max(self.settings.default_beam_size, n_best), n_best=n_best,
+                       length_penalty=model.length_penalty, attention=any(taken_out for taken_out, _ in prepared))
+        decoded = (await self.translate_sentences(request, key, model, [ids for _, ids in prepared],
+                                                  [(documents[i], j) for i, j in positions], "a sentence")).results
+        results = iter(await asyncio.to_thread(lambda: [
+            put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m else r for r, (m, _) in zip(decoded, prepared)]))
+        return [[[h.text for h in next(results).hypotheses] for _ in document.sentences] for document in documents]
 
     async def translate_sentences(self, request: Request, key: BatchKey, model: ServedModel,
                                   sources: list[list[int]], sentences: list[tuple[markup.Document, int]], name: str,

@@ -33,7 +33,6 @@ from app.glossaries import MAX_ENTRIES, new_glossary, owner_of, parse_entries, s
 from app.protocol import DeepLErrorResponse
 from app.registry import reported_code
 from app.routers import ServiceDep
-from app.routers.libretranslate import rebuild, translate_sentences
 from app.service import Service
 from model.clean import lone_surrogate
 from model.terms import TermError
@@ -143,10 +142,10 @@ async def translate_hop(request: Request, service: Service, texts: list[str], ht
         by_model.setdefault(m.id, []).append(i)
     for indices in by_model.values():
         model = resolved[indices[0]][0]
-        found = await translate_sentences(request, service, model, [documents[i] for i in indices], n_best=1,
+        found = await service.translate_documents(request, model, [documents[i] for i in indices], n_best=1,
                                           names=[f"text[{i}]" for i in indices], terms=terms[model.id])
         for i, per_sentence in zip(indices, found):
-            translated[i] = (await asyncio.to_thread(rebuild, documents[i], per_sentence))[0]
+            translated[i] = (await asyncio.to_thread(documents[i].versions, per_sentence))[0]
     return translated, [m.source for m, _ in resolved]
 
 

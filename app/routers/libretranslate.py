@@ -38,12 +38,10 @@ from app.protocol import (
     LTTranslateResponse,
     TermsReport,
 )
-from app.registry import ServedModel, reported_code
+from app.registry import reported_code
 from app.routers import ServiceDep, errors
-from app.scheduler import BatchKey
 from app.service import Service, item_name
-from model.results import put_back
-from model.terms import Terminology, report
+from model.terms import report
 
 router = APIRouter(tags=["libretranslate"])
 
@@ -115,13 +113,13 @@ async def translate_texts(request: Request, service: Service, body: LTTranslateR
         by_model.setdefault(model.id, []).append(i)
     hypotheses: list[list[list[str]]] = [[] for _ in texts]
     for indices in by_model.values():  # one job per model (texts in several languages: several jobs)
-        found = await translate_sentences(request, service, resolved[indices[0]][0], [documents[i] for i in indices],
+        found = await service.translate_documents(request, resolved[indices[0]][0], [documents[i] for i in indices],
                                           n_best=body.alternatives + 1,
                                           names=[item_name("q", i, len(texts)) for i in indices],
                                           terms=terms[resolved[indices[0]][0].id])
         for i, per_sentence in zip(indices, found):
             hypotheses[i] = per_sentence
-    versions = await asyncio.to_thread(lambda: [rebuild(document, per_sentence)
+    versions = await asyncio.to_thread(lambda: [document.versions(per_sentence)
                                                 for document, per_sentence in zip(documents, hypotheses)])
     translated = [v[0] for v in versions]
     alternatives = [v[1:] for v in versions] if body.alternatives else None
@@ -138,36 +136,6 @@ async def translate_texts(request: Request, service: Service, body: LTTranslateR
                                    detectedLanguage=detected and detected[0], terms=reports and reports[0])
     return LTTranslateResponse(translatedText=translated, alternatives=alternatives, detectedLanguage=detected,
                                terms=reports)
-
-
-async def translate_sentences(request: Request, service: Service, model: ServedModel,
-                              documents: list[markup.Document], n_best: int, names: list[str],
-                              terms: Terminology | None = None) -> list[list[list[str]]]:
-    """The n_best hypotheses (texts, masked like the sentences) of each sentence of each document,
-    all sentences in one job; `names` are how errors name the documents."""
-    positions = [(i, j) for i, document in enumerate(documents) for j in range(len(document.sentences))]
-    if not positions:
-        return [[] for _ in documents]
-    prepared = await asyncio.to_thread(lambda: [
-        service.encode_sentence(model, documents[i].sentences[j], f"a sentence of {names[i]}", terms)
-        for i, j in positions])
-    for (i, _), (taken_out, _) in zip(positions, prepared):  # a model without sentinels places its terms
-        documents[i].placed_terms.update(taken_out.terms.values() if taken_out else ())
-    # a model without sentinels puts the placeholders it was not shown back by the attention
-    key = BatchKey(model.id, beam_size=max(service.settings.default_beam_size, n_best), n_best=n_best,
-                   length_penalty=model.length_penalty, attention=any(taken_out for taken_out, _ in prepared))
-    decoded = (await service.translate_sentences(request, key, model, [ids for _, ids in prepared],
-                                                 [(documents[i], j) for i, j in positions], "a sentence")).results
-    results = iter(await asyncio.to_thread(lambda: [put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m else r
-                                                    for r, (m, _) in zip(decoded, prepared)]))
-    return [[[h.text for h in next(results).hypotheses] for _ in document.sentences] for document in documents]
-
-
-def rebuild(document: markup.Document, per_sentence: list[list[str]]) -> list[str]:
-    """A document's best translation, then its alternatives: version k takes hypothesis k of
-    every sentence (as many versions as its sentence with the fewest hypotheses has)."""
-    count = min((len(hypotheses) for hypotheses in per_sentence), default=1)
-    return [document.join([hypotheses[k] for hypotheses in per_sentence]) for k in range(count)]
 
 
 @router.post("/detect", response_model=list[DetectedLanguage] | list[list[DetectedLanguage]],

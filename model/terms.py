@@ -188,16 +188,16 @@ class _LongestFirst:
 def check_term(term: str, what: str) -> None:
     if not isinstance(term, str) or not term.strip():
         raise TermError(f"{what}: must be a non-empty string (got {term!r})")
+    surrogate = next((i for i, c in enumerate(term) if 0xD800 <= ord(c) <= 0xDFFF), None)
+    if surrogate is not None:  # first: the messages below quote the term, and an answer must be valid UTF-8
+        raise TermError(f"{what} {term.encode('utf-8', 'backslashreplace').decode()!r}: holds a lone surrogate "
+                        f"(U+{ord(term[surrogate]):04X}) at character {surrogate}, which is not valid Unicode")
     if term != term.strip():
         raise TermError(f"{what} {term!r}: leading or trailing whitespace")
     if len(term) > MAX_TERM_CHARS:
         raise TermError(f"{what} {term[:40]!r}...: {len(term)} characters; at most {MAX_TERM_CHARS}")
     if any(c in term for c in "\t\n\r") or any(0xE000 <= ord(c) <= ord(TERM_CLOSE) for c in term):
         raise TermError(f"{what} {term!r}: holds a tab, a line break or a reserved character")
-    surrogate = next((i for i, c in enumerate(term) if 0xD800 <= ord(c) <= 0xDFFF), None)
-    if surrogate is not None:
-        raise TermError(f"{what} {term.encode('utf-8', 'backslashreplace').decode()!r}: holds a lone surrogate "
-                        f"(U+{ord(term[surrogate]):04X}) at character {surrogate}, which is not valid Unicode")
 
 
 def annotate(source_term: str, target_term: str) -> str:

@@ -13,7 +13,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -34,31 +33,47 @@ def server(tiny_sentinel_checkpoint):
         yield running[0]
 
 
+_POLL = """
+import sys, time, httpx
+with httpx.Client(timeout=30) as client:
+    while True:
+        start = time.perf_counter()
+        client.get(sys.argv[1] + "/health")
+        print(time.perf_counter() - start, flush=True)
+        time.sleep(0.05)
+"""
+
+
 class HealthPoller:
-    """GET /health every 50 ms on its own connection; the slowest answer while the block ran."""
+    """GET /health every 50 ms, from a process of its own (a thread of the test process would
+    count the test's own GIL waits as the server's); the answers' times while the block ran."""
 
     def __init__(self, url: str):
-        self.url, self.slowest, self.answers, self.running = url, 0.0, 0, True
+        self.url, self.latencies = url, []
 
     def __enter__(self):
-        self.thread = threading.Thread(target=self._poll, daemon=True)
-        self.thread.start()
-        time.sleep(0.2)
+        self.process = subprocess.Popen([sys.executable, "-c", _POLL, self.url], stdout=subprocess.PIPE, text=True)
+        time.sleep(0.3)
         return self
 
-    def _poll(self):
-        with httpx.Client(timeout=30) as client:
-            while self.running:
-                start = time.perf_counter()
-                client.get(f"{self.url}/health")
-                self.slowest = max(self.slowest, time.perf_counter() - start)
-                self.answers += 1
-                time.sleep(0.05)
-
     def __exit__(self, *exc):
-        time.sleep(0.1)
-        self.running = False
-        self.thread.join()
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop polling (once) and read what it measured."""
+        if self.process.poll() is None:
+            time.sleep(0.1)
+            self.process.terminate()
+            out, _ = self.process.communicate(timeout=30)
+            self.latencies = [float(line) for line in out.split()]
+
+    @property
+    def slowest(self) -> float:
+        return max(self.latencies, default=0.0)
+
+    @property
+    def answers(self) -> int:
+        return len(self.latencies)
 
 
 def _json(body) -> dict:

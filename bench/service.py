@@ -1,10 +1,15 @@
 """Service throughput and latency under concurrent clients, next to the offline Translator.
 
     python bench/service.py --model checkpoints/en-de [--clients 64] [--seconds 30] [--url URL]
+    python bench/service.py --model checkpoints/en-de --rate 100 --client raw   # open loop
 
 N clients (httpx, async) each send one sentence per request to /v1/translate, back to back, for
-T seconds. Without --url the server is started here (uvicorn app.main:app on 127.0.0.1, settings
-from --workers/--threads-per-worker/... or the NMT_* environment). Then the offline Translator
+T seconds (closed loop). With --rate R the load is open: requests arrive as a Poisson process of
+R a second, each on a free keep-alive connection (a new one when none is free), whatever the
+server's pace, and each request's latency counts from its arrival, so time spent queued behind a
+slow batch shows (a closed loop hides it: its clients wait instead of sending). Without --url
+the server is started here (uvicorn app.main:app on 127.0.0.1, settings from
+--workers/--threads-per-worker/... or the NMT_* environment). Then the offline Translator
 translates the same sentences in one call (length-sorted token-budget batches), with 1 thread
 and with all cores, for comparison. Tokens are source tokens (EOS included), counted with the
 model's tokenizer. The clients share the machine with the server: on few cores they take a
@@ -18,6 +23,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import socket
 import statistics
 import subprocess
@@ -110,6 +116,17 @@ class RawConnection:
         self.streams = None
 
     async def post(self, path: str, payload: dict) -> tuple[int, bytes]:
+        reused = self.streams is not None
+        try:
+            return await self._post(path, payload)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            if not reused:
+                raise
+            self.close()  # the server closed it while it sat idle (keep-alive timeout): once more, anew
+            self.streams = None
+            return await self._post(path, payload)
+
+    async def _post(self, path: str, payload: dict) -> tuple[int, bytes]:
         if self.streams is None:
             self.streams = await asyncio.open_connection(self.host, int(self.port))
         reader, writer = self.streams
@@ -159,7 +176,32 @@ async def load_test(url: str, sentences: list[str], pair: dict, args, server_pid
             record(i, status, start)
         connection.close()
 
-    limits = httpx.Limits(max_connections=args.clients, max_keepalive_connections=args.clients)
+    idle: list = []  # open loop: keep-alive connections free for the next arrival
+
+    async def arrival(i: int, arrived: float, http: httpx.AsyncClient):
+        if args.client == "raw":
+            connection = idle.pop() if idle else RawConnection(url)
+            status, _ = await connection.post("/v1/translate", body(i))
+            idle.append(connection)
+        else:
+            status = (await http.post("/v1/translate", json=body(i))).status_code
+        record(i, status, arrived)
+
+    async def open_loop(http: httpx.AsyncClient):
+        """Poisson arrivals at args.rate a second until stop_at, each answered on its own task."""
+        rng, tasks, at = random.Random(0), [], time.perf_counter()
+        while True:
+            at += rng.expovariate(args.rate)
+            if at >= stop_at:
+                break
+            await asyncio.sleep(max(0.0, at - time.perf_counter()))
+            tasks.append(asyncio.create_task(arrival(next(next_index) % len(sentences), at, http)))
+        await asyncio.gather(*tasks)
+        for connection in idle:
+            connection.close()
+
+    connections = 4096 if args.rate else args.clients  # open loop: never a client-side queue
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
         for i in range(4):  # warm-up: first-call costs stay out of the numbers
             await http.post("/v1/translate", json=body(i))
@@ -167,8 +209,11 @@ async def load_test(url: str, sentences: list[str], pair: dict, args, server_pid
         cpu_before = (time.process_time(), process_tree_cpu(server_pid) if server_pid else {})
         start = time.perf_counter()
         stop_at = start + args.seconds
-        await asyncio.gather(*((raw_client() if args.client == "raw" else httpx_client(http))
-                               for _ in range(args.clients)))
+        if args.rate:
+            await open_loop(http)
+        else:
+            await asyncio.gather(*((raw_client() if args.client == "raw" else httpx_client(http))
+                                   for _ in range(args.clients)))
         elapsed = time.perf_counter() - start
         cpu = {"clients": time.process_time() - cpu_before[0]}
         if server_pid:
@@ -207,7 +252,9 @@ def main() -> None:
     p.add_argument("--model", default="checkpoints/en-de", help="checkpoint directory (served, and run offline)")
     p.add_argument("--data", default="data/corpus/test_sw.en", help="one sentence per line (built-in if missing)")
     p.add_argument("--limit", type=int, default=1000, help="use the first N sentences")
-    p.add_argument("--clients", type=int, default=64)
+    p.add_argument("--clients", type=int, default=64, help="closed loop: clients sending back to back")
+    p.add_argument("--rate", type=float, default=0.0, help="open loop instead: Poisson arrivals of this many "
+                   "requests a second, latency counted from each arrival")
     p.add_argument("--seconds", type=float, default=30)
     p.add_argument("--beam-size", type=int, default=4)
     p.add_argument("--client", choices=["httpx", "raw"], default="httpx",
@@ -245,7 +292,8 @@ def main() -> None:
     tokenizer = load_model(args.model) if Path(args.model).is_dir() else None
     done = len(run["sent"])
     lat = sorted(x * 1000 for x in run["latencies"])
-    rows = [{"what": f"service: {args.clients} {args.client} clients, {len(workers)} worker(s), {model['dtype']}",
+    load = f"open loop, {args.rate:g} requests/s Poisson" if args.rate else f"{args.clients} clients"
+    rows = [{"what": f"service: {load} ({args.client}), {len(workers)} worker(s), {model['dtype']}",
              "sentences_per_s": done / run["elapsed"],
              "tokens_per_s": (sum(len(tokenizer.encode(sentences[i])) for i in run["sent"]) / run["elapsed"]
                               if tokenizer else None),

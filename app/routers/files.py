@@ -140,6 +140,10 @@ async def _translate_texts(request: Request, service, model, texts: list[str], h
         return parts, [service.encode_sentence(model, sentence, f"a sentence of {filename}", terms)
                        for sentence in sentences]
 
+    def best_texts(decoded, chunk) -> list[str]:  # spans a model without sentinels was not shown go back
+        return [(put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m else r).hypotheses[0].text
+                for r, (m, _) in zip(decoded, chunk)]
+
     parts, prepared = await asyncio.to_thread(prepare)
     if charge:
         await service.charge(request, len(prepared) - 1)
@@ -157,9 +161,7 @@ async def _translate_texts(request: Request, service, model, texts: list[str], h
         decoded = (await service.translate_sentences(request, key, model, [ids for _, ids in chunk],
                                                      positions[start:start + s.max_segments],
                                                      f"a sentence of {filename}", timeout_s=remaining)).results
-        translations += await asyncio.to_thread(lambda: [
-            (put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m else r).hypotheses[0].text
-            for r, (m, _) in zip(decoded, chunk)])  # noqa: B023 (awaited here, in this iteration)
+        translations += await asyncio.to_thread(best_texts, decoded, chunk)
     found = iter(translations)
     return await asyncio.to_thread(lambda: [part.join([next(found) for _ in part.sentences]) for part in parts])
 

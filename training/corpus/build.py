@@ -93,38 +93,27 @@ def raw_pairs(sources: list[str], cache_dir: Path) -> Iterator[tuple[str, str, s
     docs = fetch_packages(DOCS_PACKAGES, cache_dir, folder="extract") if "docs" in sources else {}
     stories = (fetch_packages(STORIES_PACKAGES, cache_dir, only=STORIES_MEMBER_RE, folder="stories")
                if "stories" in sources else {})
+    def manpage_pairs():
+        german = manpages.pop("manpages-de")
+        return extract_manpages(german, manpages)
+
+    extractors = {  # source -> its (unit, en, de) rows, read when its turn comes
+        "gettext": lambda: extract_gettext(pkgs), "ddtp": lambda: extract_ddtp(cache_dir),
+        "lohelp": lambda: extract_lohelp(pkgs),
+        "mallard": lambda: extract_mallard({n: pkgs[n] for n in MALLARD_PACKAGES}),
+        "gnomehelp": lambda: extract_mallard(gnomehelp), "catalogs": lambda: extract_catalogs(catalogs),
+        "bible": lambda: extract_bible(fetch_bible(cache_dir)), "stories": lambda: extract_stories(stories),
+        "docs": lambda: extract_docs(docs), "kdehelp": lambda: extract_kdehelp(kdehelp),
+        "mozilla": lambda: extract_mozilla(mozilla), "qtcatalogs": lambda: extract_qtcatalogs(qtcatalogs),
+        "manpages": manpage_pairs,
+    }
     for src in ALL_SOURCES:
         if src not in sources:
             continue
-        if src == "gettext":
-            yield from (("gettext", u, e, d) for u, e, d in extract_gettext(pkgs))
-        elif src == "ddtp":
-            yield from (("ddtp", u, e, d) for u, e, d in extract_ddtp(cache_dir))
-        elif src == "lohelp":
-            yield from (("lohelp", u, e, d) for u, e, d in extract_lohelp(pkgs))
-        elif src == "mallard":
-            yield from (("mallard", u, e, d) for u, e, d in extract_mallard({n: pkgs[n] for n in MALLARD_PACKAGES}))
-        elif src == "gnomehelp":
-            yield from (("gnomehelp", u, e, d) for u, e, d in extract_mallard(gnomehelp))
-        elif src == "ding":
+        if src == "ding":  # tags its own rows: example sentences and dictionary entries apart
             yield from extract_ding(pkgs)
-        elif src == "catalogs":
-            yield from (("catalogs", u, e, d) for u, e, d in extract_catalogs(catalogs))
-        elif src == "bible":
-            yield from (("bible", u, e, d) for u, e, d in extract_bible(fetch_bible(cache_dir)))
-        elif src == "stories":
-            yield from (("stories", u, e, d) for u, e, d in extract_stories(stories))
-        elif src == "docs":
-            yield from (("docs", u, e, d) for u, e, d in extract_docs(docs))
-        elif src == "kdehelp":
-            yield from (("kdehelp", u, e, d) for u, e, d in extract_kdehelp(kdehelp))
-        elif src == "mozilla":
-            yield from (("mozilla", u, e, d) for u, e, d in extract_mozilla(mozilla))
-        elif src == "qtcatalogs":
-            yield from (("qtcatalogs", u, e, d) for u, e, d in extract_qtcatalogs(qtcatalogs))
-        elif src == "manpages":
-            german = manpages.pop("manpages-de")
-            yield from (("manpages", u, e, d) for u, e, d in extract_manpages(german, manpages))
+        else:
+            yield from ((src, unit, en, de) for unit, en, de in extractors[src]())
 
 
 def read_lines(path: Path) -> list[str]:

@@ -128,9 +128,10 @@ async def translate_texts(request: Request, service: Service, body: LTTranslateR
         for model, confidence in resolved]
     reports = None
     if any(terms.values()):  # every masked term is in the output (protect.repair); the others could not be masked
-        reports = [TermsReport(**report(terms[model.id], {t.entry for t in terms[model.id].find(text)},
-                                        document.terms_used(translation)))
-                   for text, document, translation, (model, _) in zip(texts, documents, translated, resolved)]
+        reports = await asyncio.to_thread(lambda: [  # matching every text again: client-sized
+            TermsReport(**report(terms[model.id], {t.entry for t in terms[model.id].find(text)},
+                                 document.terms_used(translation)))
+            for text, document, translation, (model, _) in zip(texts, documents, translated, resolved)])
     if isinstance(body.q, str):
         return LTTranslateResponse(translatedText=translated[0], alternatives=alternatives and alternatives[0],
                                    detectedLanguage=detected and detected[0], terms=reports and reports[0])

@@ -153,8 +153,9 @@ async def translate_one_hop(body: TranslateRequest, request: Request, service: S
     _check_attention_size(results, body, service.settings.max_attention_values)
     translations = [await translation_out(service, request, model.id, r, body) for r in results]
     if terms:  # every masked term is in the output (protect.repair); the others could not be masked
-        for out, text, m in zip(translations, texts, masked):
-            out.terms = TermsReport(**report(terms, {t.entry for t in terms.find(text)}, m.terms_used(out.text)))
+        found = await asyncio.to_thread(lambda: [{t.entry for t in terms.find(text)} for text in texts])  # client-sized
+        for out, matched, m in zip(translations, found, masked):
+            out.terms = TermsReport(**report(terms, matched, m.terms_used(out.text)))
     timing = Timing(queue_ms=round(outcome.queue_s * 1000, 2), compute_ms=round(outcome.compute_s * 1000, 2),
                     total_ms=round((time.perf_counter() - start) * 1000, 2))
     return TranslateResponse(model=model.id, translations=translations, timing=timing)

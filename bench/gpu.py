@@ -43,10 +43,12 @@ def synchronize(device: str) -> None:
 
 
 class Ours:
-    name = "ours"
+    """Our Translator; on a GPU each decoder step a CUDA graph (model/graphs.py), or with
+    graphs=False ("ours-eager") the Transformer's own step, kernel by kernel."""
 
-    def __init__(self, ckpt: Path, device: str, compute: str):
-        self.t = Translator.load(ckpt, device=device, dtype=compute, max_length_b=10_000)
+    def __init__(self, ckpt: Path, device: str, compute: str, graphs: bool = True):
+        self.name = "ours" if graphs else "ours-eager"
+        self.t = Translator.load(ckpt, device=device, dtype=compute, max_length_b=10_000, cuda_graphs=graphs)
 
     def run(self, sources, beam: int, tgt_len: int):
         res = self.t.translate(sources, beam_size=beam, max_decoding_length=tgt_len, min_length=tgt_len,
@@ -108,6 +110,8 @@ def engine_table(args, device: str) -> list[dict]:
     rows = []
     for compute in args.dtypes.split(","):
         engines = [Ours(paths["ours"], device, compute), HF(paths["hf"], device, TORCH_DTYPES[compute])]
+        if compute in args.eager_dtypes.split(","):
+            engines.insert(1, Ours(paths["ours"], device, compute, graphs=False))
         if why_not_ct2 is None:
             engines.append(CT2(paths["ct2"], device, compute, id_to_token))
         for batch in [int(b) for b in args.batches.split(",")]:
@@ -140,6 +144,35 @@ def profile_ours(args, device: str) -> str:
     return (f"ours, {args.dtypes.split(',')[0]}, beam {args.beam} x batch {args.profile}, {args.tgt_len} steps\n\n"
             + prof.key_averages().table(sort_by="cpu_time_total", row_limit=30) + "\n\n"
             + prof.key_averages().table(sort_by=sort, row_limit=30))
+
+
+def step_times(device: str, steps: int = 64, repeat: int = 5) -> list[dict]:
+    """Milliseconds per decoder step of the shipped en-de model (its default dtype on the device)
+    at batch 1, beam 4: (time of `steps` forced steps - time of 2) / (steps - 2), median of
+    `repeat`; with CUDA graphs and without."""
+    rows = []
+    sentence = ["Open the file and save your changes before you close the window."]
+    for graphs in (True, False) if device.startswith("cuda") else (False,):
+        t = Translator.load(ROOT / "checkpoints" / "en-de", device=device, cuda_graphs=graphs)
+
+        def run(n):
+            t.translate(sentence, beam_size=4, max_decoding_length=n, min_length=n)
+
+        run(steps)  # warm-up: graphs captured, kernels loaded
+        per_step = []
+        for _ in range(repeat):
+            seconds = {}
+            for n in (2, steps):
+                synchronize(device)
+                start = time.perf_counter()
+                run(n)
+                synchronize(device)
+                seconds[n] = time.perf_counter() - start
+            per_step.append((seconds[steps] - seconds[2]) / (steps - 2))
+        rows.append({"model": "en-de (shipped)", "dtype": t.dtype, "cuda_graphs": graphs and device.startswith("cuda"),
+                     "batch": 1, "beam": 4, "ms_per_step": round(1000 * statistics.median(per_step), 3)})
+        print(f"en-de step, graphs={graphs}: {rows[-1]['ms_per_step']} ms", file=sys.stderr, flush=True)
+    return rows
 
 
 def training_throughput(args, device: str) -> dict:
@@ -178,7 +211,7 @@ def training_throughput(args, device: str) -> dict:
             "target_tokens_per_s": round(tokens / 2 / seconds)}
 
 
-def markdown(rows: list[dict], train: dict, device_name: str) -> tuple[str, str]:
+def markdown(rows: list[dict], train: dict, device_name: str, steps: list[dict]) -> tuple[str, str]:
     hf = {(r["compute"], r["batch"]): r["tokens_per_s"] for r in rows if r["engine"] == "hf"}
     lines = [f"Device: {device_name}", "", "| engine | compute | beam | batch | tokens/s | ratio vs HF |",
              "|---|---|---:|---:|---:|---:|"]
@@ -186,6 +219,9 @@ def markdown(rows: list[dict], train: dict, device_name: str) -> tuple[str, str]
         base = hf.get((r["compute"], r["batch"]))
         ratio = f"{r['tokens_per_s'] / base:.2f}" if base else "-"
         lines.append(f"| {r['engine']} | {r['compute']} | {r['beam']} | {r['batch']} | {r['tokens_per_s']:,.0f} | {ratio} |")
+    lines += ["", "| model | dtype | CUDA graphs | batch | beam | ms per decoder step |", "|---|---|---|---:|---:|---:|"]
+    lines += [f"| {r['model']} | {r['dtype']} | {'yes' if r['cuda_graphs'] else 'no'} | {r['batch']} | {r['beam']} | "
+              f"{r['ms_per_step']} |" for r in steps]
     training = [f"Device: {device_name}", "", "| model | batch | steps | tokens/s (source + target) | target tokens/s |",
                 "|---|---|---:|---:|---:|",
                 f"| {train['shape']} | {train['batch']} | {train['steps']} | {train['tokens_per_s']:,} | "
@@ -201,6 +237,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--beam", type=int, default=4)
     ap.add_argument("--batches", default="1,32,128")
     ap.add_argument("--dtypes", default="float16,bfloat16")
+    ap.add_argument("--eager-dtypes", default="float16",
+                    help="dtypes that also get a row of ours without CUDA graphs (ours-eager)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--src-len", type=int, default=25, help="source tokens, EOS included")
     ap.add_argument("--tgt-len", type=int, default=30, help="forced target tokens")
@@ -220,15 +258,16 @@ def main(argv: list[str] | None = None) -> dict:
         device = "cuda"
     device_name = torch.cuda.get_device_name(0) if device == "cuda" else "CPU (--check)"
     rows = engine_table(args, device)
+    steps = step_times(device, steps=8 if args.check else 64, repeat=1 if args.check else 5)
     if args.profile:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "profile.txt").write_text(profile_ours(args, device))
     train = training_throughput(args, device)
-    engine_md, train_md = markdown(rows, train, device_name)
+    engine_md, train_md = markdown(rows, train, device_name, steps)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "engine.md").write_text(engine_md)
     (args.out / "train.md").write_text(train_md)
-    report = {"device": device_name, "torch": torch.__version__, "engine": rows, "training": train}
+    report = {"device": device_name, "torch": torch.__version__, "engine": rows, "steps": steps, "training": train}
     (args.out / "gpu.json").write_text(json.dumps(report, indent=1) + "\n")
     print(engine_md + "\n" + train_md)
     return report

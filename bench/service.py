@@ -158,7 +158,7 @@ async def load_test(url: str, sentences: list[str], pair: dict, args, server_pid
             errors[status] = errors.get(status, 0) + 1
 
     def body(i: int) -> dict:
-        return {"text": sentences[i], **pair, "beam_size": args.beam_size}
+        return {"text": sentences[i], **pair, "beam_size": args.beam_size, **({"alignments": True} if args.alignments else {})}
 
     async def httpx_client(http: httpx.AsyncClient):
         while time.perf_counter() < stop_at:
@@ -272,6 +272,8 @@ def main() -> None:
     p.add_argument("--no-offline", action="store_true", help="skip the offline comparison")
     p.add_argument("--no-shortlist", action="store_true", help="NMT_SHORTLIST=false (and the offline Translator "
                    "without the model's vocabulary shortlist)")
+    p.add_argument("--alignments", action="store_true", help="every request asks for its attention alignments "
+                   "(stored by the server: NMT_ALIGNMENT_STORE)")
     p.add_argument("--json", help="also write the numbers here")
     args = p.parse_args()
 

@@ -22,6 +22,7 @@ from model.clean import clean_text, lone_surrogate
 from model.config import MAX_BEAM, length_penalty_of
 from model.cpu.fused import FusedInt8Decoder, can_fuse, fuse
 from model.cpu.weights import Int8Linear, can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
+from model.graphs import GraphedDecoder
 from model.results import Translation, TranslationResult, restore, terms_first
 from model.search import IncrementalDecoder, SelectFn, beam_search, select
 from model.shortlist import Shortlist
@@ -87,12 +88,13 @@ class Translator:
 
     @classmethod
     def load(cls, directory: str | Path, device: str | None = None, dtype: str = "auto", prepack: bool = True,
-             shortlist: bool = True, **limits) -> Translator:
+             shortlist: bool = True, cuda_graphs: bool = True, **limits) -> Translator:
         """A checkpoint directory, on `device` (None: CUDA when there is one) in `dtype` ("auto":
         see auto_dtype). prepack: on a CPU with native bf16, a bfloat16 model's Linear weights are
         reordered once into oneDNN's layout (model/cpu/weights.py); False keeps plain Linear layers.
         shortlist: on the CPU, decode over the directory's vocabulary shortlist when it has one
-        (model/shortlist.py)."""
+        (model/shortlist.py). cuda_graphs: on a GPU, each decoder step replays a CUDA graph
+        (model/graphs.py); False runs the Transformer's own step, kernel by kernel."""
         device = torch.device(device or default_device())
         dtype = auto_dtype(device) if dtype == "auto" else dtype
         if dtype == "int8" and device.type != "cpu":
@@ -110,6 +112,8 @@ class Translator:
                 decoder = fuse(model)
         elif prepack and can_prepack_bf16(model):
             prepack_linear_bf16(model)
+        if device.type == "cuda" and cuda_graphs:
+            decoder = GraphedDecoder(model)
         translator = cls(model, tokenizer, metadata, decoder, kernels.select if cpu_kernels else select, **limits)
         if shortlist and device.type == "cpu":
             translator.shortlist = Shortlist.load(Path(directory), copy_source=model.config.share_embeddings)

@@ -4,9 +4,11 @@
 #   bash scripts/gpu-check.sh OUT_DIR
 #
 # 1. the CUDA tests (tests/test_cuda.py: each CUDA path against its CPU twin)
-# 2. the GPU table: ours in float16 and bfloat16 against Hugging Face generate (and CTranslate2 when
-#    its wheel sees the GPU), beam 4 x batch 1/32/128, and a training throughput figure (bench/gpu.py)
-# 3. the service on the GPU under load: 64 keep-alive clients for 20 s (bench/service.py)
+# 2. the GPU table: ours in float16 and bfloat16 (with CUDA graphs, and float16 without) against
+#    Hugging Face generate (and CTranslate2 when its wheel sees the GPU), beam 4 x batch 1/32/128;
+#    the shipped en-de's milliseconds per decoder step at batch 1; a training throughput figure (bench/gpu.py)
+# 3. the service on the GPU under load (bench/service.py): 64 and 256 keep-alive clients, and 64
+#    whose every request asks for alignments, 15 s each; the offline Translator on the same sentences
 #
 # On the lent GPU machine (Python 3.12, torch with CUDA, transformers, sentencepiece, safetensors,
 # httpx, prometheus-client; no network) the other packages come from artifacts/gpu-wheels, which
@@ -58,7 +60,14 @@ fi
   >"$OUT/machine.txt" 2>&1
 step cuda-tests 150 "$PY" -m pytest -q -m cuda -p no:cacheprovider tests/test_cuda.py
 step bench-gpu 240 "$PY" bench/gpu.py --out "$OUT/bench" --profile 128
-step service-load 150 "$PY" bench/service.py --model checkpoints/en-de --device cuda --clients 64 --seconds 20 \
-  --client raw --json "$OUT/service.json"
+service() {  # service NAME CLIENTS [OPTIONS...]
+  local name=$1 clients=$2
+  shift 2
+  step "$name" 120 env ${SERVICE_ENV:-} "$PY" bench/service.py --model checkpoints/en-de --device cuda --clients "$clients" --seconds 15 \
+    --client raw --json "$OUT/$name.json" "$@"
+}
+service service-64 64
+service service-256 256 --no-offline
+SERVICE_ENV=NMT_CLIENT_ALIGNMENT_BYTES=0 service service-64-alignments 64 --alignments --no-offline
 cat "$OUT/summary.txt"
 exit $status

@@ -48,3 +48,37 @@ def test_the_service_worker_serves_on_the_gpu(tiny_sentinel_checkpoint):
         assert all(t["alignment_id"] for t in r.json()["translations"])
         model = client.get("/v1/models").json()["models"][0]
         assert model["device"] == "cuda" and model["dtype"] in ("bfloat16", "float16")
+
+
+def many_sentences():
+    """SENTENCES and their recombinations: ~60 sources of 1 to ~40 pieces."""
+    words = " ".join(SENTENCES).rstrip(".").replace(".", "").split()
+    return [" ".join(words[i: i + n]) + "." for n in (1, 3, 6, 10) for i in range(0, len(words), 1)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_cuda_graphs_decode_what_the_eager_step_decodes(tiny_sentinel_checkpoint, dtype):
+    from model.graphs import GraphedDecoder
+
+    eager = Translator.load(tiny_sentinel_checkpoint, device="cuda", dtype=dtype, cuda_graphs=False)
+    graphed = Translator.load(tiny_sentinel_checkpoint, device="cuda", dtype=dtype)
+    assert isinstance(graphed.decoder, GraphedDecoder) and graphed.decoder.capture
+    sources = many_sentences()
+    same, total = 0, 0
+    for beam, attention in ((1, False), (4, False), (4, True)):
+        a = eager.translate(sources, beam_size=beam, n_best=beam, return_attention=attention, batch_tokens=2048)
+        b = graphed.translate(sources, beam_size=beam, n_best=beam, return_attention=attention, batch_tokens=2048)
+        for ra, rb in zip(a, b):
+            total += 1
+            same += [h.token_ids for h in ra.hypotheses] == [h.token_ids for h in rb.hypotheses]
+            if attention and ra.hypotheses[0].token_ids == rb.hypotheses[0].token_ids:
+                assert rb.hypotheses[0].attention.shape == ra.hypotheses[0].attention.shape
+                torch.testing.assert_close(rb.hypotheses[0].attention, ra.hypotheses[0].attention,
+                                           atol=2e-2 if dtype != "float32" else 1e-4, rtol=0)
+    # every bucket's step was captured and replayed, not run eagerly after a failed capture
+    buffers = [b for free in graphed.decoder._free.values() for b in free]
+    assert buffers and all(b.graphs and not b.eager for b in buffers)
+    if dtype == "float32":
+        assert same == total
+    else:
+        assert same >= 0.99 * total, f"{same} of {total} sentences decode the same"

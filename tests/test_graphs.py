@@ -1,0 +1,96 @@
+"""The fixed-shape decoder step of model/graphs.py (what a CUDA graph replays), run eagerly on the
+CPU: the same hypotheses, scores and attention as the Transformer's own step, with the batch
+padded to its bucket, beams reordered in place and finished sentences moved out of the way."""
+
+import gc
+
+import pytest
+import torch
+
+from model.graphs import GraphedDecoder, round_up_length, round_up_sentences
+from model.search import beam_search
+from tests.test_search import EOS, PAD, tiny
+
+
+def mixed_sources(n=5, seed=3):
+    """n sentences of very different lengths (1 to 19 tokens), so that they finish at different steps."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = [19, 3, 11, 1, 7, 15, 2][:n]
+    src = torch.randint(4, 40, (n, max(lengths)), generator=g)
+    for row, length in enumerate(lengths):
+        src[row, length - 1] = EOS
+        src[row, length:] = PAD
+    return src
+
+
+def same(a, b):
+    assert [[h.token_ids for h in r] for r in a] == [[h.token_ids for h in r] for r in b]
+    assert [[h.ended_with_eos for h in r] for r in a] == [[h.ended_with_eos for h in r] for r in b]
+    for ra, rb in zip(a, b):
+        assert [h.score for h in ra] == pytest.approx([h.score for h in rb], abs=1e-5)
+
+
+@pytest.mark.parametrize("beam,n_best", [(1, 1), (4, 1), (4, 4), (5, 2)])
+def test_the_fixed_shape_step_decodes_as_the_transformer(beam, n_best):
+    model = tiny(eos_bias=0.0)
+    src = mixed_sources()
+    caps = torch.tensor([30, 5, 20, 3, 12])  # sentences stopped by their caps at different steps
+    graphed = GraphedDecoder(model, capture=False)
+    for max_new in (caps, 17):
+        expected = beam_search(model, src, beam, n_best, max_new_tokens=max_new)
+        got = beam_search(graphed, src, beam, n_best, max_new_tokens=max_new)
+        same(expected, got)
+        # some sentences finished early and left the batch while others went on
+        lengths = {len(h.token_ids) + h.ended_with_eos for r in got for h in r}
+        assert len(lengths) > 1
+
+
+def test_attention_follows_each_hypothesis_as_the_transformers_does():
+    model = tiny(eos_bias=0.0)
+    src = mixed_sources()
+    expected = beam_search(model, src, 4, 3, max_new_tokens=12, return_attention=True)
+    got = beam_search(GraphedDecoder(model, capture=False), src, 4, 3, max_new_tokens=12, return_attention=True)
+    same(expected, got)
+    for ra, rb in zip(expected, got):
+        for ha, hb in zip(ra, rb):
+            assert hb.attention.shape == ha.attention.shape  # (L, H, T, this source's length), not the bucket's
+            torch.testing.assert_close(hb.attention, ha.attention, atol=1e-5, rtol=1e-4)
+
+
+def test_min_length_and_one_sentence():
+    model = tiny(eos_bias=2.0)
+    src = mixed_sources(1)
+    expected = beam_search(model, src, 4, 1, max_new_tokens=10, min_new_tokens=6)
+    got = beam_search(GraphedDecoder(model, capture=False), src, 4, 1, max_new_tokens=10, min_new_tokens=6)
+    same(expected, got)
+    assert len(got[0][0].token_ids) >= 5
+
+
+def test_buffers_are_reused_per_bucket_and_never_shared_by_two_searches():
+    model = tiny()
+    graphed = GraphedDecoder(model, capture=False)
+    src = mixed_sources(3)
+    memory, mask = graphed.encode(src)
+    first = graphed.start_cache(memory, mask, group=4, capacity=20)
+    second = graphed.start_cache(memory, mask, group=4, capacity=20)
+    assert first.buffers is not second.buffers  # both in use at once
+    assert first.buffers.bucket.sentences == 4 and first.buffers.bucket.source_len == 32
+    kept = first.buffers
+    del first
+    gc.collect()
+    third = graphed.start_cache(memory, mask, group=4, capacity=20)
+    assert third.buffers is kept  # given back when its search ended, and taken again
+    with pytest.raises(ValueError, match="at most"):
+        graphed.start_cache(memory, mask, group=4, capacity=model.config.max_positions + 1)
+
+
+def test_bucket_sizes():
+    assert [round_up_sentences(n) for n in (1, 2, 3, 5, 32, 33)] == [1, 2, 4, 8, 32, 64]
+    assert [round_up_length(n) for n in (1, 16, 17, 50, 100, 512, 513, 1100)] == [16, 16, 32, 64, 128, 512, 1024, 1536]
+
+
+def test_capture_is_refused_without_a_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here")
+    with pytest.raises(ValueError, match="CUDA"):
+        GraphedDecoder(tiny(), capture=True)

@@ -155,7 +155,7 @@ def step_times(device: str, steps: int = 64, repeat: int = 5) -> list[dict]:
     for graphs in (True, False) if device.startswith("cuda") else (False,):
         t = Translator.load(ROOT / "checkpoints" / "en-de", device=device, cuda_graphs=graphs)
 
-        def run(n):
+        def run(n, t=t):
             t.translate(sentence, beam_size=4, max_decoding_length=n, min_length=n)
 
         run(steps)  # warm-up: graphs captured, kernels loaded

@@ -1,35 +1,37 @@
-"""A decoder step a CUDA graph can replay: fixed shapes, fixed addresses, no host in the loop.
+"""Beam search as a CUDA graph: one replay and one host sync per step.
 
-A decoder step of a small Transformer launches ~15 kernels a layer plus the output projection;
-on a GPU, launching them costs more than running them (bench/gpu.py --profile, before this
-module: 319 ms of CPU for 58 ms of GPU over 30 steps at batch 128). A CUDA graph records one
-step's kernels once and replays them with a single launch. That needs a step whose every shape
-and buffer address is the same each time:
+A step of beam search over a small Transformer launches ~15 kernels per decoder layer, the
+output projection and ~35 kernels of selection; on a GPU, launching them costs more than running
+them (bench/gpu.py --profile: 319 ms of CPU for 58 ms of GPU over 30 steps at batch 128, the
+step kernel by kernel). A CUDA graph records one step once and replays it with a single launch.
+That needs a step whose every shape and buffer address is the same each time:
 
-- the self-attention keys/values of every layer live in one buffer allocated for the search,
-  `[layers, 2, rows, heads, capacity, Dh]`, written in place at each row's position, which is a
-  tensor the step itself advances (never a Python int);
-- every step attends over the whole capacity, the positions after a row's own masked out;
+- the self-attention keys/values of every layer live in one buffer allocated per bucket,
+  `[layers, 2, rows, heads, capacity, Dh]`, written in place at each row's position, a tensor the
+  step itself advances (never a Python int); every step attends over the whole capacity, the
+  positions after a row's own masked out;
 - encoder-decoder keys/values are computed once per sentence, and a sentence's beams attend to
   its one copy as queries of one batch entry (as `Transformer.decode_step` does);
+- the search's state (beam scores, the pool of finished hypotheses, the step) lives in the same
+  buffers, and each step writes its candidates into a history the hypotheses are read back from
+  when the search is over (model/search.py's `read_back`);
 - the batch is padded up to its bucket (a power of two of sentences; source length and capacity
   rounded up to a few sizes) and never shrinks: when sentences finish, the rows kept move to the
   front by an in-place gather and the rest of the bucket runs on, unread; beams reorder by the
-  same gather of the rows' filled positions.
+  same gather of the rows' filled positions (outside the graph, only on the steps that need it).
 
-`GraphedDecoder` is beam search's IncrementalDecoder (model/search.py) over a `Transformer`, so
-the search is the same code with either. On a CPU (`capture=False`) it runs the same step
-eagerly: the twin the tests compare token for token with the Transformer's own step.
+The step is `Transformer.decode_step` and `search.select_on_device`, so the search is the one in
+model/search.py; `GraphedBeamSearch` runs its loop over these buffers. On a CPU (capture=False)
+it runs the same steps eagerly: the twin the tests compare token for token with `beam_search`.
 
-Shapes: L decoder layers, H heads, Dh head size, Bb sentences of the bucket, g rows per sentence
-(beams), Nb = Bb * g rows, Sb source positions, Tb target positions, V vocabulary.
+Shapes: L decoder layers, H heads, Dh head size, Bb sentences of the bucket, k beams, Nb = Bb * k
+rows, Sb source positions, Tb target positions (the capacity), V vocabulary.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -37,6 +39,7 @@ import torch
 from torch import Tensor
 
 from model.config import ModelConfig
+from model.search import Hypothesis, StepRecord, read_back, select_on_device
 from model.transformer import Transformer, attention
 
 log = logging.getLogger(__name__)
@@ -59,82 +62,19 @@ def round_up_sentences(n: int) -> int:
 @dataclass(frozen=True)
 class Bucket:
     sentences: int  # Bb
-    group: int  # g
+    beams: int  # k
     source_len: int  # Sb
     capacity: int  # Tb
 
 
-class StepBuffers:
-    """Everything one decoder step reads and writes, for one bucket, and the graphs recorded over
-    these addresses (one with attention weights, one without)."""
-
-    def __init__(self, config: ModelConfig, bucket: Bucket, dtype: torch.dtype, device: torch.device):
-        self.bucket = bucket
-        L, H, Dh = config.decoder_layers, config.n_heads, config.d_model // config.n_heads
-        Bb, g, Sb, Tb = bucket.sentences, bucket.group, bucket.source_len, bucket.capacity
-        self.tokens = torch.full((Bb * g,), config.decoder_start_id, dtype=torch.long, device=device)  # (Nb,)
-        self.position = torch.zeros(Bb * g, dtype=torch.long, device=device)  # (Nb,) each row's next position
-        self.self_kv = torch.zeros(L, 2, Bb * g, H, Tb, Dh, dtype=dtype, device=device)
-        self.cross_kv = torch.zeros(L, 2, Bb, H, Sb, Dh, dtype=dtype, device=device)
-        self.src_bias = torch.zeros(Bb, 1, 1, Sb, dtype=dtype, device=device)  # 0 or -inf (padding)
-        self.graphs: dict[bool, tuple[torch.cuda.CUDAGraph, tuple[Tensor, Tensor | None]]] = {}
-        self.eager = False  # capture failed once: run this bucket's steps eagerly
-
-    @property
-    def rows(self) -> int:
-        return self.tokens.size(0)
-
-    def fill(self, model: Transformer, memory: Tensor, src_mask: Tensor) -> None:
-        """A new search: the encoder's keys/values per layer, the padding bias, positions at 0.
-        memory: (B, S, D); src_mask: (B, 1, 1, S)."""
-        B, S = src_mask.size(0), src_mask.size(-1)
-        for i, layer in enumerate(model.decoder_layers):
-            k, v = layer.cross_attn.memory_kv(memory)  # 2 x (B, H, S, Dh)
-            self.cross_kv[i, 0, :B, :, :S] = k
-            self.cross_kv[i, 1, :B, :, :S] = v
-        self.src_bias.zero_()  # the bucket's spare sentences attend to zeros: finite, never read
-        self.src_bias[:B, :, :, :S].masked_fill_(~src_mask, float("-inf"))
-        self.src_bias[:B, :, :, S:] = float("-inf")
-        self.position.zero_()
-
-    def run(self, model: Transformer, need_weights: bool, capture: bool) -> tuple[Tensor, Tensor | None]:
-        """One decoder step over the whole bucket: logits (Nb, V), and attention (L, Nb, H, Sb)."""
-        if not capture or self.eager:
-            return decoder_step(model, self, need_weights)
-        if need_weights not in self.graphs:
-            try:
-                self.graphs[need_weights] = self.record(model, need_weights)
-            except RuntimeError as e:  # a kernel that cannot be captured: correct, only slower
-                log.warning("decoder step not captured as a CUDA graph (%s); running it eagerly", e)
-                self.eager = True
-                return decoder_step(model, self, need_weights)
-        graph, outputs = self.graphs[need_weights]
-        graph.replay()
-        return outputs
-
-    def record(self, model: Transformer, need_weights: bool):
-        """PyTorch's recipe: warm up on a side stream, then capture. The warm-up steps write keys
-        at positions not yet attended to and advance the positions, which are then put back."""
-        position = self.position.clone()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                decoder_step(model, self, need_weights)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            outputs = decoder_step(model, self, need_weights)
-        self.position.copy_(position)
-        return graph, outputs
 
 
-def decoder_step(model: Transformer, buf: StepBuffers, need_weights: bool) -> tuple[Tensor, Tensor | None]:
-    """`Transformer.decode_step` over fixed-shape buffers: each row's token at its position; the
+def decoder_step(model: Transformer, buf: SearchBuffers, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+    """`Transformer.decode_step` over the bucket's buffers: each row's token at its position; the
     step writes its keys/values in place and advances the positions. Returns logits (Nb, V) and,
     if asked, encoder-decoder attention (L, Nb, H, Sb)."""
     c = model.config
-    N, g, Tb = buf.rows, buf.bucket.group, buf.bucket.capacity
+    N, k, Tb = buf.rows, buf.bucket.beams, buf.bucket.capacity
     H, Dh = c.n_heads, c.d_model // c.n_heads
     t = buf.position  # (Nb,)
     x = model.tgt_embed(buf.tokens) * model.embed_scale + model.positions.index_select(0, t)  # (Nb, D)
@@ -149,15 +89,15 @@ def decoder_step(model: Transformer, buf: StepBuffers, need_weights: bool) -> tu
         keys, values = buf.self_kv[i]  # 2 x (Nb, H, Tb, Dh)
 
         def self_attention(h, attn=layer.self_attn, keys=keys, values=values):
-            q, k, v = attn.qkv_proj(h).view(N, 3, H, Dh).unbind(1)  # 3 x (Nb, H, Dh)
-            keys.scatter_(2, write_at, k[:, :, None])
-            values.scatter_(2, write_at, v[:, :, None])
+            q, k_new, v_new = attn.qkv_proj(h).view(N, 3, H, Dh).unbind(1)  # 3 x (Nb, H, Dh)
+            keys.scatter_(2, write_at, k_new[:, :, None])
+            values.scatter_(2, write_at, v_new[:, :, None])
             out, _ = attention(q[:, :, None], keys, values, self_bias, False, 0.0)  # (Nb, H, 1, Dh)
             return attn.out_proj(attn.merge_heads(out)), None
 
         def cross_attention(h, attn=layer.cross_attn, kv=buf.cross_kv[i]):
-            # the g rows of one sentence are g queries against that sentence's keys
-            q = attn.q_proj(h).view(N // g, g, H, Dh).transpose(1, 2)  # (Bb, H, g, Dh)
+            # the k rows of one sentence are k queries against that sentence's keys
+            q = attn.q_proj(h).view(N // k, k, H, Dh).transpose(1, 2)  # (Bb, H, k, Dh)
             out, w = attention(q, kv[0], kv[1], buf.src_bias, need_weights, 0.0)
             out = out.transpose(1, 2).reshape(N, 1, H * Dh)
             if w is not None:
@@ -171,82 +111,241 @@ def decoder_step(model: Transformer, buf: StepBuffers, need_weights: bool) -> tu
     return logits, (torch.stack(all_weights) if need_weights else None)
 
 
-class StaticCache:
-    """The search's view of a bucket's buffers: its first `sentences` sentences are real. Has
-    `DecoderCache`'s interface for beam search (`reorder`, `length`, `capacity`, `group`)."""
+class SearchBuffers:
+    """Everything one step of the search reads and writes, for one bucket, and the graphs
+    recorded over these addresses (by whether attention is returned, and the banned tokens)."""
 
-    def __init__(self, buffers: StepBuffers, sentences: int, source_len: int, group: int, capacity: int):
-        self.buffers, self.sentences, self.source_len = buffers, sentences, source_len
-        self.group, self.capacity = group, capacity
-        self.length = 0  # positions filled so far
+    def __init__(self, config: ModelConfig, bucket: Bucket, dtype: torch.dtype, device: torch.device):
+        self.bucket = bucket
+        L, H, Dh = config.decoder_layers, config.n_heads, config.d_model // config.n_heads
+        Bb, k, Sb, Tb = bucket.sentences, bucket.beams, bucket.source_len, bucket.capacity
+        Nb = Bb * k
 
-    def reorder(self, rows: Tensor, sources: Tensor | None = None) -> None:
-        """Row r becomes old row rows[r]; with `sources`, only those sentences are kept (the rows
-        list theirs alone, source-major) and move to the front of the bucket."""
-        buf = self.buffers
-        padded = torch.cat([rows, torch.arange(rows.numel(), buf.rows, device=rows.device)])  # (Nb,)
-        filled = buf.self_kv[..., : self.length, :]  # (L, 2, Nb, H, length, Dh)
+        def zeros(*shape, dtype=torch.long):
+            return torch.zeros(shape, dtype=dtype, device=device)
+
+        # the decoder's
+        self.tokens = zeros(Nb).fill_(config.decoder_start_id)  # each row's newest token
+        self.position = zeros(Nb)  # each row's next position
+        self.self_kv = zeros(L, 2, Nb, H, Tb, Dh, dtype=dtype)
+        self.cross_kv = zeros(L, 2, Bb, H, Sb, Dh, dtype=dtype)
+        self.src_bias = zeros(Bb, 1, 1, Sb, dtype=dtype)  # 0 or -inf (padding)
+        # the search's (model/search.py's names)
+        self.step = zeros(1)
+        self.length_penalty = zeros(1, dtype=torch.float32)
+        self.max_len = zeros(Bb)
+        self.live = zeros(Bb, dtype=torch.bool)  # the search's sentences: the front of the bucket
+        self.run_scores = zeros(Bb, k, dtype=torch.float32)
+        self.pool_scores = zeros(Bb, k, dtype=torch.float32)
+        self.pool_ref = zeros(Bb, k)
+        self.parents = zeros(Bb, k)
+        self.done = zeros(Bb, dtype=torch.bool)
+        self.flags = zeros(2, dtype=torch.bool)  # any live sentence done; every live beam continues itself
+        # each step's candidates, for the read-back: (Tb, Bb, 2k), and keep (Tb, Bb, k)
+        self.cand_scores = zeros(Tb, Bb, 2 * k, dtype=torch.float32)
+        self.cand_row, self.cand_tok, self.keep = zeros(Tb, Bb, 2 * k), zeros(Tb, Bb, 2 * k), zeros(Tb, Bb, k)
+        self.attention: Tensor | None = None  # (Tb, Bb, k, L, H, Sb), made when first asked for
+        self.attention_shape = (Tb, Bb, k, L, H, Sb)
+        self.graphs: dict[tuple[bool, tuple[int, ...]], torch.cuda.CUDAGraph] = {}
+        self.eager = False  # a capture failed: this bucket's steps run eagerly
+
+    @property
+    def rows(self) -> int:
+        return self.tokens.size(0)
+
+    def start(self, model: Transformer, memory: Tensor, src_mask: Tensor, max_len: Tensor,
+              length_penalty: float) -> None:
+        """A new search of B sentences: memory (B, S, D), src_mask (B, 1, 1, S), max_len (B,)."""
+        B, S = src_mask.size(0), src_mask.size(-1)
+        for i, layer in enumerate(model.decoder_layers):
+            k, v = layer.cross_attn.memory_kv(memory)  # 2 x (B, H, S, Dh)
+            self.cross_kv[i, 0, :B, :, :S] = k
+            self.cross_kv[i, 1, :B, :, :S] = v
+        self.src_bias.zero_()  # the bucket's spare sentences attend to zeros: finite, never read
+        self.src_bias[:B, :, :, :S].masked_fill_(~src_mask, float("-inf"))
+        self.src_bias[:B, :, :, S:] = float("-inf")
+        self.tokens.fill_(model.config.decoder_start_id)
+        self.position.zero_()
+        self.step.zero_()
+        self.length_penalty.fill_(length_penalty)
+        self.max_len.fill_(int(max_len.max()))
+        self.max_len[:B] = max_len
+        self.live.zero_()
+        self.live[:B] = True
+        self.run_scores.zero_()
+        self.run_scores[:, 1:] = -1e9  # all beams start equal: expand only the first
+        self.pool_scores.fill_(float("-inf"))
+        self.pool_ref.zero_()
+
+    def prepare(self, model: Transformer, keys: list[tuple[bool, tuple[int, ...]]], eos_id: int, capture: bool) -> None:
+        """Record the graphs of `keys` not recorded yet (before `start`: recording runs steps)."""
+        for need_weights, _ in keys:
+            if need_weights and self.attention is None:
+                self.attention = torch.zeros(self.attention_shape, device=self.step.device)
+        if not capture or self.eager:
+            return
+        for key in keys:
+            if key in self.graphs:
+                continue
+            try:
+                self.graphs[key] = self.record(model, *key, eos_id)
+            except RuntimeError as e:  # a kernel that cannot be captured: correct, only slower
+                log.warning("search step not captured as a CUDA graph (%s); running it eagerly", e)
+                self.eager = True
+                return
+
+    def record(self, model: Transformer, need_weights: bool, banned: tuple[int, ...], eos_id: int):
+        """PyTorch's recipe: warm up on a side stream, then capture (which runs nothing)."""
+        self.step.zero_()  # the warm-up writes at the step's and positions' indices: keep them in range
+        self.position.zero_()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                search_step(model, self, need_weights, banned, eos_id)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            search_step(model, self, need_weights, banned, eos_id)
+        return graph
+
+    def run(self, model: Transformer, need_weights: bool, banned: tuple[int, ...], eos_id: int) -> None:
+        graph = self.graphs.get((need_weights, banned))
+        if graph is None:
+            search_step(model, self, need_weights, banned, eos_id)
+        else:
+            graph.replay()
+
+    def reorder(self, rows: Tensor, length: int, sentences: Tensor | None = None) -> None:
+        """Row r becomes old row rows[r] (its filled `length` positions of keys/values); with
+        `sentences`, only those are kept (the rows list theirs alone, sentence-major) and move to
+        the front of the bucket with their search state."""
+        Nb, (Bb, k) = self.rows, self.run_scores.shape
+        padded = torch.cat([rows, torch.arange(rows.numel(), Nb, device=rows.device)])  # (Nb,)
+        filled = self.self_kv[..., :length, :]  # (L, 2, Nb, H, length, Dh)
         filled.copy_(filled.index_select(2, padded))
-        if sources is not None:
-            Bb = buf.bucket.sentences
-            kept = torch.cat([sources, torch.arange(sources.numel(), Bb, device=sources.device)])  # (Bb,)
-            buf.cross_kv.copy_(buf.cross_kv.index_select(2, kept))
-            buf.src_bias.copy_(buf.src_bias.index_select(0, kept))
-            self.sentences = sources.numel()
+        if sentences is None:
+            return
+        kept = torch.cat([sentences, torch.arange(sentences.numel(), Bb, device=rows.device)])  # (Bb,)
+        for state in (self.cross_kv, self.src_bias, self.max_len, self.run_scores, self.pool_scores, self.pool_ref):
+            dim = 2 if state is self.cross_kv else 0
+            state.copy_(state.index_select(dim, kept))
+        self.tokens.view(Bb, k).copy_(self.tokens.view(Bb, k).index_select(0, kept))
+        self.live[sentences.numel():] = False
 
 
-class GraphedDecoder:
-    """Beam search's IncrementalDecoder over a Transformer, each decoder step a replayed CUDA
-    graph (capture=True, on a GPU) or the same fixed-shape step run eagerly (capture=False)."""
+def search_step(model: Transformer, buf: SearchBuffers, need_weights: bool, banned: tuple[int, ...],
+                eos_id: int) -> None:
+    """One step of beam search over the bucket, in place: the decoder step, the selection
+    (search.select_on_device), this step's candidates into the history, and the flags the host
+    reads. No host sync, no Python value that changes between steps."""
+    (Bb, k), s = buf.run_scores.shape, buf.step
+    logits, attn = decoder_step(model, buf, need_weights)  # (Nb, V), (L, Nb, H, Sb)
+    chosen = select_on_device(logits, buf.run_scores, buf.pool_scores, buf.pool_ref, buf.max_len, s, banned,
+                              eos_id, buf.length_penalty)
+    for history, now in ((buf.cand_scores, chosen.cand_scores), (buf.cand_row, chosen.cand_row),
+                         (buf.cand_tok, chosen.cand_tok), (buf.keep, chosen.keep)):
+        history.index_copy_(0, s, now[None])
+    if need_weights:
+        buf.attention.index_copy_(0, s, attn.transpose(0, 1).reshape(1, Bb, k, *attn.shape[:1], *attn.shape[2:]))
+    for state, now in ((buf.run_scores, chosen.run_scores), (buf.pool_scores, chosen.pool_scores),
+                       (buf.pool_ref, chosen.pool_ref), (buf.tokens, chosen.tokens), (buf.parents, chosen.parents),
+                       (buf.done, chosen.done)):
+        state.copy_(now)
+    itself = (chosen.parents == torch.arange(k, device=s.device)) | ~buf.live[:, None]  # (Bb, k)
+    buf.flags.copy_(torch.stack([(chosen.done & buf.live).any(), itself.all()]))
+    s.add_(1)
+
+
+class GraphedBeamSearch:
+    """model/search.py's beam_search (same arguments, same hypotheses) over a Transformer, each
+    step a replayed CUDA graph (capture=True, on a GPU) or the same fixed-shape step run eagerly
+    (capture=False)."""
 
     def __init__(self, model: Transformer, capture: bool | None = None):
         self.model, self.config = model, model.config
-        self.columns = None  # no vocabulary shortlist (a CPU speed-up)
         self.device = model.tgt_embed.weight.device
         self.dtype = model.tgt_embed.weight.dtype
         self.capture = self.device.type == "cuda" if capture is None else capture
         if self.capture and self.device.type != "cuda":
             raise ValueError("CUDA graphs need a CUDA device")
-        # free buffer sets by bucket, least recently used first; a search takes one and gives it
-        # back when its cache is collected, so concurrent searches never share buffers
-        self._free: OrderedDict[Bucket, list[StepBuffers]] = OrderedDict()
+        # free buffer sets by bucket, least recently used first: a search takes one and gives it
+        # back when it ends, so concurrent searches never share buffers
+        self._free: OrderedDict[Bucket, list[SearchBuffers]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
-        return self.model.encode(src)
+    @torch.inference_mode()
+    def __call__(self, src: Tensor, beam_size: int = 4, n_best: int = 1, length_penalty: float = 1.0,
+                 max_new_tokens: Tensor | int = 128, return_attention: bool = False,
+                 min_new_tokens: int = 0) -> list[list[Hypothesis]]:
+        c, k, device = self.config, beam_size, src.device
+        if not 1 <= n_best <= k:
+            raise ValueError(f"n_best must be between 1 and beam_size={k}, got {n_best}")
+        B = src.size(0)
+        max_len = torch.as_tensor(max_new_tokens, device=device).expand(B).clone()  # (B,)
+        if int(max_len.min()) < 1:
+            raise ValueError("max_new_tokens must be at least 1")
+        T_cap = int(max_len.max())
+        if T_cap > c.max_positions:
+            raise ValueError(f"{T_cap} target positions asked; the model accepts at most {c.max_positions}")
+        memory, src_mask = self.model.encode(src)
+        S = src_mask.size(-1)
+        source_len = src_mask.view(B, -1).sum(-1).tolist()
+        # the decoder never emits PAD; EOS is banned before min_new_tokens
+        banned_late, banned_early = (c.pad_id,), (c.pad_id, c.eos_id)
+        keys = [(return_attention, banned_late)] + ([(return_attention, banned_early)] if min_new_tokens else [])
 
-    def start_cache(self, memory: Tensor, src_mask: Tensor, group: int, capacity: int) -> StaticCache:
-        if capacity > self.config.max_positions:
-            raise ValueError(f"{capacity} target positions asked; the model accepts at most {self.config.max_positions}")
-        B, S = src_mask.size(0), src_mask.size(-1)
-        bucket = Bucket(round_up_sentences(B), group, round_up_length(S),
-                        min(round_up_length(capacity), self.config.max_positions))
-        buffers = self._take(bucket)
-        buffers.fill(self.model, memory, src_mask)
-        cache = StaticCache(buffers, B, S, group, capacity)
-        weakref.finalize(cache, self._give_back, buffers)
-        return cache
+        bucket = Bucket(round_up_sentences(B), k, round_up_length(S), min(round_up_length(T_cap), c.max_positions))
+        buf = self._take(bucket)
+        try:
+            buf.prepare(self.model, keys, c.eos_id, self.capture)
+            buf.start(self.model, memory, src_mask, max_len, length_penalty)
+            sent = torch.arange(B, device=device)  # original index of each running sentence, in bucket order
+            running: list[Tensor] = []  # `sent` of each step
+            finished: list[tuple[Tensor, Tensor, Tensor]] = []  # (sentences, their pool scores, pool refs)
+            for t in range(T_cap):
+                n = sent.numel()
+                buf.run(self.model, return_attention, banned_late if t >= min_new_tokens else banned_early, c.eos_id)
+                running.append(sent)
+                any_done, in_place = buf.flags.tolist()  # the step's one host sync
+                if any_done:
+                    done = buf.done[:n]
+                    finished.append((sent[done], buf.pool_scores[:n][done], buf.pool_ref[:n][done]))
+                    alive = (~done).nonzero()[:, 0]
+                    if alive.numel() == 0:
+                        break
+                    sent = sent[alive]
+                    buf.reorder((alive[:, None] * k + buf.parents[alive]).view(-1), t + 1, sentences=alive)
+                elif not in_place:
+                    first_row = torch.arange(n, device=device)[:, None] * k
+                    buf.reorder((first_row + buf.parents[:n]).view(-1), t + 1)
+            return read_back(self.history(buf, running), finished, n_best, 2 * k, c.eos_id, source_len, B)
+        finally:
+            self._give_back(buf)
 
-    def decode_step(self, tokens: Tensor, cache: StaticCache, need_weights: bool = False):
-        """tokens: (N,), N <= the bucket's rows. Returns logits (N, V) for the next token (valid
-        until the next step) and, if asked, encoder-decoder attention (L, N, H, S)."""
-        if cache.length >= cache.capacity:
-            raise ValueError(f"decoder cache is full ({cache.capacity} positions)")
-        buf, n = cache.buffers, tokens.size(0)
-        buf.tokens[:n].copy_(tokens)
-        logits, weights = buf.run(self.model, need_weights, self.capture)
-        cache.length += 1
-        return logits[:n], (weights[:, :n, :, : cache.source_len].clone() if need_weights else None)
+    @staticmethod
+    def history(buf: SearchBuffers, running: list[Tensor]) -> list[StepRecord]:
+        """Each step's candidates over its running sentences, copied to the host at once."""
+        T = len(running)
+        scores, row, token, keep = (h[:T].cpu() for h in (buf.cand_scores, buf.cand_row, buf.cand_tok, buf.keep))
+        steps = []
+        for s, sent in enumerate(running):
+            n = sent.numel()
+            step = StepRecord(sent, scores[s, :n], row[s, :n], token[s, :n], keep[s, :n])
+            if buf.attention is not None:
+                step.attention = buf.attention[s, :n]  # (n, k, L, H, Sb): read back before the buffers are reused
+            steps.append(step)
+        return steps
 
-    def _take(self, bucket: Bucket) -> StepBuffers:
+    def _take(self, bucket: Bucket) -> SearchBuffers:
         with self._lock:
             free = self._free.get(bucket)
             if free:
                 self._free.move_to_end(bucket)
                 return free.pop()
-        return StepBuffers(self.config, bucket, self.dtype, self.device)
+        return SearchBuffers(self.config, bucket, self.dtype, self.device)
 
-    def _give_back(self, buffers: StepBuffers) -> None:
+    def _give_back(self, buffers: SearchBuffers) -> None:
         with self._lock:
             self._free.setdefault(buffers.bucket, []).append(buffers)
             self._free.move_to_end(buffers.bucket)

@@ -72,7 +72,7 @@ class Hypothesis:
 
 
 @dataclass
-class _Step:
+class StepRecord:
     """One step's candidates, all (B, 2k) over this step's running sentences `sent` (B,)."""
 
     sent: Tensor  # original index of each running sentence
@@ -164,12 +164,25 @@ class Selection:
 
 def select(logits: Tensor, run_scores: Tensor, pool_scores: Tensor, pool_ref: Tensor, max_len: Tensor, t: int,
            banned: tuple[int, ...], eos_id: int, length_penalty: float) -> tuple[Selection, bool, bool]:
-    """One step of beam search after the decoder, for logits (B * k, V) of step t: the 2k best
-    candidates of each sentence; those that end (EOS, or the sentence's cap max_len (B,)) within
-    the top k go to the pool of finished hypotheses (score log_prob / (t + 1)^length_penalty)
-    unless it is full; the best k that do not end continue. Also returns whether any sentence is
-    done (its pool full, or its cap reached) and whether every beam continues itself (no reorder).
-    PyTorch ops; model/kernels has the same step as one C++ call (kernels.select)."""
+    """One step of beam search after the decoder (`select_on_device`), and what the loop must
+    know on the host: whether any sentence is done, whether every beam continues itself (no
+    reorder). PyTorch ops; model/kernels has the same step as one C++ call (kernels.select)."""
+    chosen = select_on_device(logits, run_scores, pool_scores, pool_ref, max_len, t, banned, eos_id, length_penalty)
+    k = run_scores.size(1)
+    # one host sync per step
+    any_done, in_place = torch.stack([chosen.done.any(),
+                                      (chosen.parents == torch.arange(k, device=logits.device)).all()]).tolist()
+    return chosen, any_done, in_place
+
+
+def select_on_device(logits: Tensor, run_scores: Tensor, pool_scores: Tensor, pool_ref: Tensor, max_len: Tensor,
+                     t: int | Tensor, banned: tuple[int, ...], eos_id: int, length_penalty: float | Tensor) -> Selection:
+    """For logits (B * k, V) of step t: the 2k best candidates of each sentence; those that end
+    (EOS, or the sentence's cap max_len (B,)) within the top k go to the pool of finished
+    hypotheses (score log_prob / (t + 1)^length_penalty) unless it is full; the best k that do
+    not end continue. A sentence is done when its pool is full or its cap reached. No host sync:
+    t and length_penalty may be tensors ((1,) each), so that a CUDA graph can replay the step
+    (model/graphs.py)."""
     B, k = run_scores.shape
     cand_scores, cand_row, cand_tok = top_candidates(logits, run_scores, 2 * k, banned)  # (B, 2k)
     at_cap = (t + 1 >= max_len)[:, None]  # (B, 1)
@@ -189,11 +202,7 @@ def select(logits: Tensor, run_scores: Tensor, pool_scores: Tensor, pool_ref: Te
     tokens = cand_tok.gather(1, keep).view(-1)
 
     done = torch.isfinite(pool_scores).all(-1) | at_cap[:, 0]  # (B,)
-    # one host sync per step: does a sentence leave the batch; is the beam order unchanged
-    any_done, in_place = torch.stack([done.any(), (parents == cand_ids[:k]).all()]).tolist()
-    selection = Selection(cand_scores, cand_row, cand_tok, keep, run_scores, pool_scores, pool_ref, tokens,
-                           parents, done)
-    return selection, any_done, in_place
+    return Selection(cand_scores, cand_row, cand_tok, keep, run_scores, pool_scores, pool_ref, tokens, parents, done)
 
 
 def length_groups(lengths: list[int], group_cost: int = _GROUP_COST_TOKENS) -> list[list[int]]:
@@ -291,7 +300,7 @@ def beam_search(
     pool_scores = torch.full((B_orig, k), float("-inf"), device=device)
     pool_ref = torch.zeros(B_orig, k, dtype=torch.long, device=device)
     finished: list[tuple[Tensor, Tensor, Tensor]] = []  # (sentences, their pool scores, pool refs)
-    steps: list[_Step] = []
+    steps: list[StepRecord] = []
 
     for t in range(T_cap):
         B = sent.numel()
@@ -302,7 +311,7 @@ def beam_search(
         cand_tok, next_tokens = chosen.cand_tok, chosen.tokens
         if columns is not None:  # column -> target id
             cand_tok, next_tokens = columns[cand_tok], columns[next_tokens]
-        step = _Step(sent, chosen.cand_scores, chosen.cand_row, cand_tok, chosen.keep)
+        step = StepRecord(sent, chosen.cand_scores, chosen.cand_row, cand_tok, chosen.keep)
         if return_attention:  # (L, N, H, S) -> (B, k, L, H, S)
             step.attention = attn.transpose(0, 1).reshape(B, k, *attn.shape[:1], *attn.shape[2:])
         steps.append(step)
@@ -319,7 +328,7 @@ def beam_search(
             cache.reorder((alive[:, None] * k + parents).view(-1), sources=alive)
         elif not in_place:
             cache.reorder((first_row[:B] + parents).view(-1))
-    return _read_back(steps, finished, n_best, 2 * k, c.eos_id, source_len, B_orig)
+    return read_back(steps, finished, n_best, 2 * k, c.eos_id, source_len, B_orig)
 
 
 def _columns_of(columns: Tensor, ids: tuple[int, ...]) -> tuple[int, ...]:
@@ -328,7 +337,7 @@ def _columns_of(columns: Tensor, ids: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(int(j) if int(columns[j]) == i else -1 for i, j in zip(ids, at.tolist()))
 
 
-def _read_back(steps: list[_Step], finished, n_best: int, n_cand: int, eos_id: int, source_len: list[int],
+def read_back(steps: list[StepRecord], finished, n_best: int, n_cand: int, eos_id: int, source_len: list[int],
                B_orig: int) -> list[list[Hypothesis]]:
     """Each sentence's n_best pool entries -> Hypotheses, following the back-pointers of `steps`."""
     # the history on the host, once: per step, where each original sentence sits, and its lists

@@ -22,7 +22,7 @@ from model.clean import clean_text, lone_surrogate
 from model.config import MAX_BEAM, length_penalty_of
 from model.cpu.fused import FusedInt8Decoder, can_fuse, fuse
 from model.cpu.weights import Int8Linear, can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
-from model.graphs import GraphedDecoder
+from model.graphs import GraphedBeamSearch
 from model.results import Translation, TranslationResult, restore, terms_first
 from model.search import IncrementalDecoder, SelectFn, beam_search, select
 from model.shortlist import Shortlist
@@ -83,6 +83,8 @@ class Translator:
         self.reads_annotations = tokenizer.has_term_tags and bool(self.metadata.get("term_annotations"))
         # the target pieces each batch may write (model/shortlist.py): on the CPU, from the model's directory
         self.shortlist: Shortlist | None = None
+        # on a GPU: beam search with each step a replayed CUDA graph (model/graphs.py), else None
+        self.graphed_search: GraphedBeamSearch | None = None
         # what translate() uses when no length penalty is given: the model's own (chosen on its dev set)
         self.length_penalty = length_penalty_of(self.metadata)
 
@@ -112,9 +114,9 @@ class Translator:
                 decoder = fuse(model)
         elif prepack and can_prepack_bf16(model):
             prepack_linear_bf16(model)
-        if device.type == "cuda" and cuda_graphs:
-            decoder = GraphedDecoder(model)
         translator = cls(model, tokenizer, metadata, decoder, kernels.select if cpu_kernels else select, **limits)
+        if device.type == "cuda" and cuda_graphs:
+            translator.graphed_search = GraphedBeamSearch(model)
         if shortlist and device.type == "cpu":
             translator.shortlist = Shortlist.load(Path(directory), copy_source=model.config.share_embeddings)
         return translator
@@ -288,10 +290,13 @@ class Translator:
         for row, x in enumerate(ids):
             src[row, : len(x)] = torch.tensor(x)
         caps = torch.tensor([self.length_cap(len(x), max_decoding_length) for x in ids])
-        decoder = self.decoder
-        if self.shortlist is not None:
-            decoder = decoder.shortlisted(self.shortlist.columns(ids, always=[self.config.eos_id]).to(self.device))
         with inference_attention_backends(self.device):
+            if self.graphed_search is not None:
+                return self.graphed_search(src.to(self.device), beam_size, n_best, length_penalty, caps.to(self.device),
+                                           return_attention, min_length)
+            decoder = self.decoder
+            if self.shortlist is not None:
+                decoder = decoder.shortlisted(self.shortlist.columns(ids, always=[self.config.eos_id]).to(self.device))
             return beam_search(decoder, src.to(self.device), beam_size, n_best, length_penalty,
                                caps.to(self.device), return_attention, min_length, self.select_fn)
 

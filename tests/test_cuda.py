@@ -58,11 +58,12 @@ def many_sentences():
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_cuda_graphs_decode_what_the_eager_step_decodes(tiny_sentinel_checkpoint, dtype):
-    from model.graphs import GraphedDecoder
+    from model.graphs import GraphedBeamSearch
 
     eager = Translator.load(tiny_sentinel_checkpoint, device="cuda", dtype=dtype, cuda_graphs=False)
     graphed = Translator.load(tiny_sentinel_checkpoint, device="cuda", dtype=dtype)
-    assert isinstance(graphed.decoder, GraphedDecoder) and graphed.decoder.capture
+    assert isinstance(graphed.graphed_search, GraphedBeamSearch) and graphed.graphed_search.capture
+    assert eager.graphed_search is None
     sources = many_sentences()
     same, total = 0, 0
     for beam, attention in ((1, False), (4, False), (4, True)):
@@ -76,7 +77,7 @@ def test_cuda_graphs_decode_what_the_eager_step_decodes(tiny_sentinel_checkpoint
                 torch.testing.assert_close(rb.hypotheses[0].attention, ra.hypotheses[0].attention,
                                            atol=2e-2 if dtype != "float32" else 1e-4, rtol=0)
     # every bucket's step was captured and replayed, not run eagerly after a failed capture
-    buffers = [b for free in graphed.decoder._free.values() for b in free]
+    buffers = [b for free in graphed.graphed_search._free.values() for b in free]
     assert buffers and all(b.graphs and not b.eager for b in buffers)
     if dtype == "float32":
         assert same == total

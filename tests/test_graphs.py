@@ -1,13 +1,14 @@
-"""The fixed-shape decoder step of model/graphs.py (what a CUDA graph replays), run eagerly on the
-CPU: the same hypotheses, scores and attention as the Transformer's own step, with the batch
-padded to its bucket, beams reordered in place and finished sentences moved out of the way."""
+"""The fixed-shape search step of model/graphs.py (what a CUDA graph replays), run eagerly on the
+CPU: the same hypotheses, scores and attention as model/search.py's beam_search over the
+Transformer's own step, with the batch padded to its bucket, beams reordered in place and
+finished sentences moved out of the way."""
 
-import gc
+import threading
 
 import pytest
 import torch
 
-from model.graphs import GraphedDecoder, round_up_length, round_up_sentences
+from model.graphs import GraphedBeamSearch, round_up_length, round_up_sentences
 from model.search import beam_search
 from tests.test_search import EOS, PAD, tiny
 
@@ -35,10 +36,10 @@ def test_the_fixed_shape_step_decodes_as_the_transformer(beam, n_best):
     model = tiny(eos_bias=0.0)
     src = mixed_sources()
     caps = torch.tensor([30, 5, 20, 3, 12])  # sentences stopped by their caps at different steps
-    graphed = GraphedDecoder(model, capture=False)
+    graphed = GraphedBeamSearch(model, capture=False)
     for max_new in (caps, 17):
         expected = beam_search(model, src, beam, n_best, max_new_tokens=max_new)
-        got = beam_search(graphed, src, beam, n_best, max_new_tokens=max_new)
+        got = graphed(src, beam, n_best, max_new_tokens=max_new)
         same(expected, got)
         # some sentences finished early and left the batch while others went on
         lengths = {len(h.token_ids) + h.ended_with_eos for r in got for h in r}
@@ -49,7 +50,7 @@ def test_attention_follows_each_hypothesis_as_the_transformers_does():
     model = tiny(eos_bias=0.0)
     src = mixed_sources()
     expected = beam_search(model, src, 4, 3, max_new_tokens=12, return_attention=True)
-    got = beam_search(GraphedDecoder(model, capture=False), src, 4, 3, max_new_tokens=12, return_attention=True)
+    got = GraphedBeamSearch(model, capture=False)(src, 4, 3, max_new_tokens=12, return_attention=True)
     same(expected, got)
     for ra, rb in zip(expected, got):
         for ha, hb in zip(ra, rb):
@@ -61,27 +62,40 @@ def test_min_length_and_one_sentence():
     model = tiny(eos_bias=2.0)
     src = mixed_sources(1)
     expected = beam_search(model, src, 4, 1, max_new_tokens=10, min_new_tokens=6)
-    got = beam_search(GraphedDecoder(model, capture=False), src, 4, 1, max_new_tokens=10, min_new_tokens=6)
+    got = GraphedBeamSearch(model, capture=False)(src, 4, 1, max_new_tokens=10, min_new_tokens=6)
     same(expected, got)
     assert len(got[0][0].token_ids) >= 5
 
 
 def test_buffers_are_reused_per_bucket_and_never_shared_by_two_searches():
-    model = tiny()
-    graphed = GraphedDecoder(model, capture=False)
+    model = tiny(eos_bias=0.0)
+    graphed = GraphedBeamSearch(model, capture=False)
     src = mixed_sources(3)
-    memory, mask = graphed.encode(src)
-    first = graphed.start_cache(memory, mask, group=4, capacity=20)
-    second = graphed.start_cache(memory, mask, group=4, capacity=20)
-    assert first.buffers is not second.buffers  # both in use at once
-    assert first.buffers.bucket.sentences == 4 and first.buffers.bucket.source_len == 32
-    kept = first.buffers
-    del first
-    gc.collect()
-    third = graphed.start_cache(memory, mask, group=4, capacity=20)
-    assert third.buffers is kept  # given back when its search ended, and taken again
+    expected = beam_search(model, src, 4, 2, max_new_tokens=15)
+    assert not graphed._free
+    same(graphed(src, 4, 2, max_new_tokens=15), expected)
+    [(bucket, [buffers])] = graphed._free.items()  # given back when the search ended
+    assert (bucket.sentences, bucket.beams, bucket.source_len, bucket.capacity) == (4, 4, 32, 16)
+    same(graphed(src, 4, 2, max_new_tokens=15), expected)
+    assert graphed._free[bucket] == [buffers]  # taken again, not made anew
+
+    # searches on several threads at once each take their own buffers
+    results, start = [None] * 4, threading.Barrier(4)
+
+    def search(i):
+        start.wait()
+        results[i] = graphed(src, 4, 2, max_new_tokens=15)
+
+    threads = [threading.Thread(target=search, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for got in results:
+        same(got, expected)
+    assert len(graphed._free[bucket]) >= 2
     with pytest.raises(ValueError, match="at most"):
-        graphed.start_cache(memory, mask, group=4, capacity=model.config.max_positions + 1)
+        graphed(src, 4, 1, max_new_tokens=model.config.max_positions + 1)
 
 
 def test_bucket_sizes():
@@ -93,4 +107,23 @@ def test_capture_is_refused_without_a_gpu():
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is here")
     with pytest.raises(ValueError, match="CUDA"):
-        GraphedDecoder(tiny(), capture=True)
+        GraphedBeamSearch(tiny(), capture=True)
+
+
+def test_the_translator_translates_the_same_through_the_graphed_search(tiny_sentinel_checkpoint):
+    """The CPU twin of the Translator on a GPU: texts with protected spans (put back by the
+    attention), alternatives and alignments come out as the usual search gives them."""
+    from model.translator import Translator
+
+    usual = Translator.load(tiny_sentinel_checkpoint, device="cpu", dtype="float32", shortlist=False)
+    graphed = Translator.load(tiny_sentinel_checkpoint, device="cpu", dtype="float32", shortlist=False)
+    graphed.graphed_search = GraphedBeamSearch(graphed.model, capture=False)
+    texts = ["Open the file and save your changes.", "Click {name} to print %s documents.", "Hello world.",
+             "Save the file to /tmp/out.txt or mail it to ada@example.com."]
+    for beam, n_best, attention in ((1, 1, False), (4, 2, True)):
+        a = usual.translate(texts, beam_size=beam, n_best=n_best, return_attention=attention)
+        b = graphed.translate(texts, beam_size=beam, n_best=n_best, return_attention=attention)
+        assert [[h.text for h in r.hypotheses] for r in a] == [[h.text for h in r.hypotheses] for r in b]
+        if attention:
+            for ra, rb in zip(a, b):
+                torch.testing.assert_close(rb.hypotheses[0].attention, ra.hypotheses[0].attention, atol=1e-5, rtol=1e-4)

@@ -45,10 +45,11 @@ from model.transformer import Transformer, attention
 log = logging.getLogger(__name__)
 
 # lengths (source positions, target capacity) are rounded up to one of these, or to a multiple of
-# the largest; multiples of 16 keep the fused attention kernels' masks aligned
-_LENGTHS = (16, 32, 48, 64, 96, 128, 192, 256, 384, 512)
-# free buffer sets (each with its graphs) kept for reuse, least recently used dropped first
-_KEEP_BUFFERS = 12
+# the largest: few buckets (each one records its own graphs), multiples of 16 (the fused attention
+# kernels' masks stay aligned); attending over up to twice the positions costs a GPU little
+_LENGTHS = (32, 64, 128, 256, 512)
+# bytes of free buffer sets kept for reuse (each with its graphs), least recently used dropped first
+_KEEP_BYTES = 2 << 30
 
 
 def round_up_length(n: int) -> int:
@@ -152,6 +153,11 @@ class SearchBuffers:
     @property
     def rows(self) -> int:
         return self.tokens.size(0)
+
+    @property
+    def nbytes(self) -> int:
+        tensors = [t for t in vars(self).values() if isinstance(t, Tensor)]
+        return sum(t.numel() * t.element_size() for t in tensors)
 
     def start(self, model: Transformer, memory: Tensor, src_mask: Tensor, max_len: Tensor,
               length_penalty: float) -> None:
@@ -349,7 +355,7 @@ class GraphedBeamSearch:
         with self._lock:
             self._free.setdefault(buffers.bucket, []).append(buffers)
             self._free.move_to_end(buffers.bucket)
-            while sum(len(v) for v in self._free.values()) > _KEEP_BUFFERS:
+            while sum(b.nbytes for free in self._free.values() for b in free) > _KEEP_BYTES:
                 oldest = next(iter(self._free))
                 self._free[oldest].pop(0)
                 if not self._free[oldest]:

@@ -7,8 +7,9 @@
 # 2. the GPU table: ours in float16 and bfloat16 (with CUDA graphs, and float16 without) against
 #    Hugging Face generate (and CTranslate2 when its wheel sees the GPU), beam 4 x batch 1/32/128;
 #    the shipped en-de's milliseconds per decoder step at batch 1; a training throughput figure (bench/gpu.py)
-# 3. the service on the GPU under load (bench/service.py): 64 and 256 keep-alive clients, and 64
-#    whose every request asks for alignments, 15 s each; the offline Translator on the same sentences
+# 3. the service on the GPU under load (bench/service.py), 15 s each: 64 keep-alive clients with 1, 2
+#    and 4 worker processes on the GPU, 256 with 1 and 4, and 64 whose every request asks for
+#    alignments; the offline Translator on the same sentences
 #
 # On the lent GPU machine (Python 3.12, torch with CUDA, transformers, sentencepiece, safetensors,
 # httpx, prometheus-client; no network) the other packages come from artifacts/gpu-wheels, which
@@ -60,14 +61,17 @@ fi
   >"$OUT/machine.txt" 2>&1
 step cuda-tests 150 "$PY" -m pytest -q -m cuda -p no:cacheprovider tests/test_cuda.py
 step bench-gpu 240 "$PY" bench/gpu.py --out "$OUT/bench" --profile 128
-service() {  # service NAME CLIENTS [OPTIONS...]
-  local name=$1 clients=$2
-  shift 2
-  step "$name" 120 env ${SERVICE_ENV:-} "$PY" bench/service.py --model checkpoints/en-de --device cuda --clients "$clients" --seconds 15 \
-    --client raw --json "$OUT/$name.json" "$@"
+service() {  # service NAME CLIENTS WORKERS [OPTIONS...]
+  local name=$1 clients=$2 workers=$3
+  shift 3
+  step "$name" 120 env ${SERVICE_ENV:-} "$PY" bench/service.py --model checkpoints/en-de --device cuda --clients "$clients" \
+    --workers "$workers" --seconds 15 --client raw --json "$OUT/$name.json" "$@"
 }
-service service-64 64
-service service-256 256 --no-offline
-SERVICE_ENV=NMT_CLIENT_ALIGNMENT_BYTES=0 service service-64-alignments 64 --alignments --no-offline
+service service-64 64 1
+service service-64-w4 64 4 --no-offline
+service service-256-w4 256 4 --no-offline
+SERVICE_ENV=NMT_CLIENT_ALIGNMENT_BYTES=0 service service-64-w4-alignments 64 4 --alignments --no-offline
+service service-64-w2 64 2 --no-offline
+service service-256 256 1 --no-offline
 cat "$OUT/summary.txt"
 exit $status

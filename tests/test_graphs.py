@@ -75,7 +75,7 @@ def test_buffers_are_reused_per_bucket_and_never_shared_by_two_searches():
     assert not graphed._free
     same(graphed(src, 4, 2, max_new_tokens=15), expected)
     [(bucket, [buffers])] = graphed._free.items()  # given back when the search ended
-    assert (bucket.sentences, bucket.beams, bucket.source_len, bucket.capacity) == (4, 4, 32, 16)
+    assert (bucket.sentences, bucket.beams, bucket.source_len, bucket.capacity) == (4, 4, 32, 32)
     same(graphed(src, 4, 2, max_new_tokens=15), expected)
     assert graphed._free[bucket] == [buffers]  # taken again, not made anew
 
@@ -100,7 +100,7 @@ def test_buffers_are_reused_per_bucket_and_never_shared_by_two_searches():
 
 def test_bucket_sizes():
     assert [round_up_sentences(n) for n in (1, 2, 3, 5, 32, 33)] == [1, 2, 4, 8, 32, 64]
-    assert [round_up_length(n) for n in (1, 16, 17, 50, 100, 512, 513, 1100)] == [16, 16, 32, 64, 128, 512, 1024, 1536]
+    assert [round_up_length(n) for n in (1, 32, 33, 100, 512, 513, 1100)] == [32, 32, 64, 128, 512, 1024, 1536]
 
 
 def test_capture_is_refused_without_a_gpu():
@@ -127,3 +127,14 @@ def test_the_translator_translates_the_same_through_the_graphed_search(tiny_sent
         if attention:
             for ra, rb in zip(a, b):
                 torch.testing.assert_close(rb.hypotheses[0].attention, ra.hypotheses[0].attention, atol=1e-5, rtol=1e-4)
+
+
+def test_free_buffers_past_the_byte_budget_are_dropped(monkeypatch):
+    import model.graphs
+
+    graphed = GraphedBeamSearch(tiny(eos_bias=0.0), capture=False)
+    graphed(mixed_sources(5), 4, 1, max_new_tokens=15)
+    [[buffers]] = graphed._free.values()
+    monkeypatch.setattr(model.graphs, "_KEEP_BYTES", buffers.nbytes)  # room for this set (8 sentences)
+    graphed(mixed_sources(3), 4, 1, max_new_tokens=15)  # another bucket (4 sentences): both do not fit
+    assert [b.sentences for b in graphed._free] == [4]  # the least recently used went

@@ -323,7 +323,7 @@ def test_a_read_only_cache_is_used_when_its_build_matches_the_source(kernels, mo
 
     import torch.utils.cpp_extension as extension
 
-    name = f"nmt_cpu_kernels_{torch.backends.cpu.get_cpu_capability().lower()}"
+    name = loader.build_spec(torch.backends.cpu.get_cpu_capability())[0]
     shutil.copytree(Path(kernels.__file__).parent, tmp_path / name, ignore=shutil.ignore_patterns("*.o", "lock"))
 
     def read_only(*args, **kwargs):
@@ -348,7 +348,7 @@ def test_a_checkout_elsewhere_shares_the_build_of_the_same_code(kernels, monkeyp
 
     import torch.utils.cpp_extension as extension
 
-    name = f"nmt_cpu_kernels_{torch.backends.cpu.get_cpu_capability().lower()}"
+    name = loader.build_spec(torch.backends.cpu.get_cpu_capability())[0]
     directory = Path(extension._get_build_directory(name, verbose=False))
     loader._build()  # this checkout's build (the fixture made it)
     library, ninja = directory / f"{name}.so", directory / "build.ninja"
@@ -360,6 +360,25 @@ def test_a_checkout_elsewhere_shares_the_build_of_the_same_code(kernels, monkeyp
     assert loader._build().vector_size == kernels.vector_size
     assert library.stat().st_mtime_ns == built and ninja.read_text() == commands
     assert str(tmp_path) not in commands and str(directory / "src") in commands
+
+
+def test_another_version_of_the_code_builds_in_a_directory_of_its_own(monkeypatch, tmp_path):
+    """A checkout of other kernel source sharing the cache: its build directory is another one, so
+    the two never rebuild each other's kernels (a worker would wait minutes on that build)."""
+    import shutil
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    name, flags, stamp = loader.build_spec(capability)
+    other = tmp_path / "checkout" / "model" / "kernels"
+    shutil.copytree(Path(loader.__file__).parent, other, ignore=shutil.ignore_patterns("__pycache__"))
+    (other / "search.cpp").write_text((other / "search.cpp").read_text() + "\n// another version\n")
+    monkeypatch.setattr(loader, "_SOURCES", [other / path.name for path in loader._SOURCES])
+    monkeypatch.setattr(loader, "_HEADER", other / loader._HEADER.name)
+    other_name, other_flags, other_stamp = loader.build_spec(capability)
+    assert other_flags == flags and other_stamp != stamp
+    assert other_name != name and loader.build_directory(other_name) != loader.build_directory(name)
+    (other / "search.cpp").write_text((Path(loader.__file__).parent / "search.cpp").read_text())
+    assert loader.build_spec(capability) == (name, flags, stamp)  # the same code: the same build
 
 
 def test_a_read_only_cache_without_this_width_uses_a_narrower_build(monkeypatch):
@@ -380,15 +399,14 @@ def test_a_read_only_cache_without_this_width_uses_a_narrower_build(monkeypatch)
 
 def test_prebuild_leaves_a_stamped_build_for_each_width_this_cpu_runs(kernels):
     """What the image does at build time, so that a read-only container finds its kernels."""
-    import torch.utils.cpp_extension as extension
-
     built = loader.prebuild()
     capability = torch.backends.cpu.get_cpu_capability()
     assert built == [capability] + (["AVX2"] if capability == "AVX512" else [])
     for each in built:
-        name = f"nmt_cpu_kernels_{each.lower()}"
-        directory = Path(extension._get_build_directory(name, verbose=False))
-        assert (directory / f"{name}.so").is_file() and len((directory / f"{name}.stamp").read_text()) == 64
+        name, _, stamp = loader.build_spec(each)
+        assert name.endswith(stamp[:12])
+        directory = loader.build_directory(name)
+        assert (directory / f"{name}.so").is_file() and (directory / f"{name}.stamp").read_text() == stamp
 
 
 @pytest.mark.parametrize("capability", ["AVX2", "DEFAULT"])

@@ -9,10 +9,13 @@
 - search.cpp: beam search's step after the decoder (model/search.py, select).
 - fused.cpp: an int8 model's encoder and decoder step as one call each (model/cpu/fused.py).
 
-They are compiled on first use with torch's C++ extension loader (needs g++ and ninja; the
-result is cached under TORCH_EXTENSIONS_DIR, ~/.cache/torch_extensions by default, and built from
-copies of the sources kept there, so that checkouts sharing the cache share its build) for the
-vector instructions torch itself uses on this CPU. A read-only cache (a read-only container
+They are compiled when the project is set up (scripts/setup.sh, the image's build: `prebuild()`),
+else on first use, with torch's C++ extension loader (needs g++ and ninja) for the vector
+instructions torch itself uses on this CPU. Builds live under TORCH_EXTENSIONS_DIR
+(~/.cache/torch_extensions by default), one directory per version of the code (its name carries
+a hash of the sources, flags and torch version: `build_spec`), built from copies of the sources
+kept there; checkouts of one version share a build, other versions never rebuild it, and
+processes starting together wait for one build (an flock) instead of racing. A read-only cache (a read-only container
 whose image built them) is used as it is when its build matches this source. Where they
 cannot be built, or with NMT_CPU_KERNELS=0, `available()` is False and callers use PyTorch ops; tests compare both.
 """
@@ -86,24 +89,40 @@ def stage_sources(directory: Path) -> list[Path]:
     return [staged / path.name for path in _SOURCES]
 
 
-def _build(capability: str | None = None):
-    """Compile (or load from the cache) the kernels for this CPU's vector instructions, or for
-    `capability` ("AVX512", "AVX2", "DEFAULT": the portable code, as tests use it)."""
-    from torch.utils.cpp_extension import _get_build_directory
-    from torch.utils.cpp_extension import load as build_extension
-
-    capability = capability or torch.backends.cpu.get_cpu_capability()
+def build_spec(capability: str) -> tuple[str, list[str], str]:
+    """(module name, compiler flags, stamp) of the kernels for `capability`. The stamp hashes the
+    sources, the flags and torch's version, and the name carries it: each version of the code has
+    its own build directory, so checkouts of different versions sharing one cache never rebuild
+    each other's kernels, and those of the same version share one build."""
     flags = ["-O3", f"-DNMT_HEADER={hashlib.sha256(_HEADER.read_bytes()).hexdigest()[:16]}"]
     if capability in _CAPABILITY_FLAGS:  # else ATen's portable (scalar) vector code
         flags += [f"-DCPU_CAPABILITY={capability}", f"-DCPU_CAPABILITY_{capability}", *_CAPABILITY_FLAGS[capability]]
-    name = f"nmt_cpu_kernels_{capability.lower()}"
-    directory = Path(_get_build_directory(name, verbose=False))  # where build_extension() builds it
-    # what the library was built from: torch's loader checks this itself, but only with a
-    # writable cache; a stamp lets a read-only one (a read-only container) use a fresh build
     built = b"".join(path.read_bytes() for path in (*_SOURCES, _HEADER))
     stamp = hashlib.sha256(built + repr((flags, torch.__version__)).encode()).hexdigest()
+    return f"nmt_cpu_kernels_{capability.lower()}_{stamp[:12]}", flags, stamp
+
+
+def build_directory(name: str) -> Path:
+    """Where torch's loader builds extension `name` (TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions)."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    return Path(_get_build_directory(name, verbose=False))
+
+
+def _build(capability: str | None = None):
+    """Compile (or load from the cache) the kernels for this CPU's vector instructions, or for
+    `capability` ("AVX512", "AVX2", "DEFAULT": the portable code, as tests use it)."""
+    from torch.utils.cpp_extension import load as build_extension
+
+    name, flags, stamp = build_spec(capability or torch.backends.cpu.get_cpu_capability())
+    directory = build_directory(name)
+    # torch's loader checks what the library was built from itself, but only with a writable
+    # cache; the stamp lets a read-only one (a read-only container) use its build
     library, stamp_file = directory / f"{name}.so", directory / f"{name}.stamp"
     built_from = stamp_file.read_text() if stamp_file.is_file() else None
+    if built_from != stamp or not library.is_file():
+        log.warning("compiling the CPU kernels (%s, 1-3 minutes, once per version of their source; scripts/setup.sh "
+                    "does it when the project is installed)", name)
     try:
         with build_lock(directory):
             sources = stage_sources(directory)

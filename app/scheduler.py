@@ -20,20 +20,22 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+from model.options import DecodingOptions
 
 
 @dataclass(frozen=True)
 class BatchKey:
-    """What items must share to be decoded in one batch."""
+    """What items must share to be decoded in one batch: the model, and how to decode."""
 
     model: str
-    beam_size: int = 4
-    n_best: int = 1
-    length_penalty: float = 1.0
-    max_length: int | None = None
-    attention: bool = False
+    options: DecodingOptions = DecodingOptions()
+
+    def decoded(self, **changes) -> BatchKey:
+        """This key with some decoding options changed."""
+        return BatchKey(self.model, replace(self.options, **changes))
 
 
 class QueueFull(Exception):
@@ -110,7 +112,7 @@ class Scheduler:
         job = Job(key, sources)
         queue = self.queues.setdefault(key, deque())
         for i, s in enumerate(sources):
-            item = _Item(job, i, len(s) * key.beam_size)
+            item = _Item(job, i, len(s) * key.options.beam_size)
             queue.append(item)
             self.queued_cost[key] = self.queued_cost.get(key, 0) + item.cost
         self.queued += len(sources)
@@ -196,7 +198,7 @@ class Scheduler:
         The oldest always goes, so nothing starves; similar lengths waste less on padding and on
         beams that run on after the rest of the batch has finished.
         """
-        queue, budget = self.queues[key], self.batch_tokens // key.beam_size
+        queue, budget = self.queues[key], self.batch_tokens // key.options.beam_size
         oldest = queue[0]
         others = sorted(range(1, len(queue)), key=lambda i: abs(queue[i].length - oldest.length))
         chosen, longest = [0], oldest.length

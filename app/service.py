@@ -43,6 +43,7 @@ from app.suggestions import SuggestionStore
 from app.worker import WorkerError, WorkerPool
 from model import protect
 from model.clean import clean_text, lone_surrogate
+from model.options import DecodingOptions
 from model.results import TranslationResult, put_back, terms_first
 from model.terms import TermError, Terminology, retry_beam_size
 
@@ -408,8 +409,10 @@ class Service:
         for (i, _), (taken_out, _) in zip(positions, prepared):  # a model without sentinels places its terms
             documents[i].placed_terms.update(taken_out.terms.values() if taken_out else ())
         # a model without sentinels puts the placeholders it was not shown back by the attention
-        key = BatchKey(model.id, beam_size=max(self.settings.default_beam_size, n_best), n_best=n_best,
-                       length_penalty=model.length_penalty, attention=any(taken_out for taken_out, _ in prepared))
+        options = DecodingOptions(beam_size=max(self.settings.default_beam_size, n_best), n_best=n_best,
+                                  length_penalty=model.length_penalty,
+                                  attention=any(taken_out for taken_out, _ in prepared))
+        key = BatchKey(model.id, options)
         decoded = (await self.translate_sentences(request, key, model, [ids for _, ids in prepared],
                                                   [(documents[i], j) for i, j in positions], "a sentence")).results
         results = iter(await asyncio.to_thread(lambda: [
@@ -427,7 +430,8 @@ class Service:
         annotated = [bool(document.annotations) for document, _ in sentences]
         if not any(annotated):
             return await self.translate(request, key, sources, timeout_s)
-        outcome = await self.translate(request, replace(key, n_best=key.beam_size), sources, timeout_s)
+        options = key.options
+        outcome = await self.translate(request, key.decoded(n_best=options.beam_size), sources, timeout_s)
         results = outcome.results
         again = []
         for i, (document, j) in enumerate(sentences):
@@ -436,12 +440,12 @@ class Service:
                 hypotheses = terms_first(hypotheses, partial(document.missed_terms, j))
                 if document.missed_terms(j, hypotheses[0].text):
                     again.append(i)
-            results[i] = replace(results[i], hypotheses=hypotheses[:key.n_best])
+            results[i] = replace(results[i], hypotheses=hypotheses[:options.n_best])
         if again:
             self.metrics.term_retries.labels(key.model).inc(len(again))
             retry = [self.encode_text(model, sentences[i][0].annotations_as_sentinels(sentences[i][1]), name)
                      for i in again]
-            retry_key = replace(key, beam_size=retry_beam_size(key.beam_size, key.n_best))
+            retry_key = key.decoded(beam_size=retry_beam_size(options.beam_size, options.n_best))
             second = await self.translate(request, retry_key, retry, timeout_s)
             for i, result in zip(again, second.results):
                 results[i] = result
@@ -453,7 +457,7 @@ class Service:
         """Translate `sources` as one job, within `timeout_s` (default NMT_REQUEST_TIMEOUT_S); what
         the translation cache (app/cache.py) has is not decoded again."""
         cache_keys, results = [], [None] * len(sources)
-        if self.cache is not None and not key.attention:
+        if self.cache is not None and not key.options.attention:
             # NMT_CACHE_SCOPE=key: an API key's translations are served from the cache to that key alone
             client = self.owner(request)
             partition = client if self.settings.cache_scope == "key" and client.startswith("key:") else ""

@@ -86,9 +86,7 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
             translator = held.get(key.model)  # loaded now if it is not (the batch's time counts it)
             if fault_injection:
                 _inject_faults(translator, sources)
-            results = translator.translate(sources, beam_size=key.beam_size, n_best=key.n_best,
-                                           length_penalty=key.length_penalty, max_decoding_length=key.max_length,
-                                           return_attention=key.attention, batch_tokens=batch_tokens)
+            results = translator.translate(sources, key.options, batch_tokens=batch_tokens)
         except Exception as e:
             # A CUDA error other than OOM (a device-side assert) poisons the context for good:
             # only a new process recovers, so say so and exit.

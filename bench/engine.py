@@ -231,7 +231,7 @@ class Ours:
         self.torch_threads = 1 if parallel > 1 else None  # inter layout: one torch thread per batch
 
     def run(self, sources: list[list[int]], beam: int, tgt_len: int):
-        res = self.t.translate(sources, beam_size=beam, max_decoding_length=tgt_len, min_length=tgt_len, batch_tokens=1 << 30,
+        res = self.t.translate(sources, beam_size=beam, max_length=tgt_len, min_length=tgt_len, batch_tokens=1 << 30,
                                parallel=self.parallel)
         return [r.hypotheses[0].token_ids if not r.hypotheses[0].ended_with_eos else None for r in res]
 

@@ -51,7 +51,7 @@ class Ours:
         self.t = Translator.load(ckpt, device=device, dtype=compute, max_length_b=10_000, cuda_graphs=graphs)
 
     def run(self, sources, beam: int, tgt_len: int):
-        res = self.t.translate(sources, beam_size=beam, max_decoding_length=tgt_len, min_length=tgt_len,
+        res = self.t.translate(sources, beam_size=beam, max_length=tgt_len, min_length=tgt_len,
                                batch_tokens=1 << 30)
         return [r.hypotheses[0].token_ids if not r.hypotheses[0].ended_with_eos else None for r in res]
 
@@ -156,7 +156,7 @@ def step_times(device: str, steps: int = 64, repeat: int = 5) -> list[dict]:
         t = Translator.load(ROOT / "checkpoints" / "en-de", device=device, cuda_graphs=graphs)
 
         def run(n, t=t):
-            t.translate(sentence, beam_size=4, max_decoding_length=n, min_length=n)
+            t.translate(sentence, beam_size=4, max_length=n, min_length=n)
 
         run(steps)  # warm-up: graphs captured, kernels loaded
         per_step = []

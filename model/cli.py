@@ -52,7 +52,7 @@ def translate_command(args) -> None:
         torch.set_num_threads(1)  # one core per batch
     cut, sentences = split_lines(translator, read_lines(sys.stdin.buffer))
     results = iter(translator.translate(sentences, beam_size=args.beam, n_best=args.n_best,
-                                        length_penalty=args.length_penalty, max_decoding_length=args.max_length,
+                                        length_penalty=args.length_penalty, max_length=args.max_length,
                                         batch_tokens=args.batch_tokens, parallel=parallel))
     out = sys.stdout
     for between, pieces in cut:

@@ -1,7 +1,7 @@
 """The public API: load a checkpoint directory once, translate lists of sentences.
 
     translator = Translator.load("checkpoints/en-de")          # device and dtype "auto"
-    [result] = translator.translate(["Hello world."], beam_size=4, return_attention=True)
+    [result] = translator.translate(["Hello world."], beam_size=4, attention=True)
     result.hypotheses[0].text, result.hypotheses[0].attention.shape  # (L, H, T, S)
 
 `Translator(model, tokenizer)` wraps a model already in memory (training's dev decoding does).
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -19,10 +20,11 @@ import torch
 from model import accelerators, casing, kernels, protect
 from model.checkpoint import load_checkpoint
 from model.clean import clean_text, lone_surrogate
-from model.config import MAX_BEAM, length_penalty_of
+from model.config import length_penalty_of
 from model.cpu.fused import FusedInt8Decoder, can_fuse, fuse
 from model.cpu.weights import Int8Linear, can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
 from model.graphs import GraphedBeamSearch
+from model.options import DecodingOptions
 from model.results import Translation, TranslationResult, restore, terms_first
 from model.search import IncrementalDecoder, SelectFn, beam_search, select
 from model.shortlist import Shortlist
@@ -63,7 +65,7 @@ class Translator:
                  max_length_a: float = 1.5, max_length_b: int = 10, max_length_cap: int = 256):
         """A model in memory, used on its device and in its dtype as it is. decoder: what beam
         search runs (default: the model itself; the fused int8 engine, say), and select_fn its step
-        after the decoder (search.select or kernels.select). Without a max_decoding_length, a
+        after the decoder (search.select or kernels.select). Without a max_length, a
         translation gets at most max_length_a * source length + max_length_b new tokens, never
         more than max_length_cap."""
         self.model, self.tokenizer, self.metadata = model, tokenizer, metadata or {}
@@ -148,22 +150,21 @@ class Translator:
             return protect.Masked(text)
         return protect.mask(text, foreign=tok.cannot_spell, terms=terms, annotate_glossary=annotate)
 
-    def length_cap(self, source_len: int, max_decoding_length: int | None) -> int:
-        """New target tokens allowed (EOS included): max_decoding_length when given (within the
+    def length_cap(self, source_len: int, max_length: int | None) -> int:
+        """New target tokens allowed (EOS included): max_length when given (within the
         model's positions), else a * source length + b within the hard cap."""
-        if max_decoding_length:
-            return max(1, min(max_decoding_length, self.config.max_positions))
+        if max_length:
+            return max(1, min(max_length, self.config.max_positions))
         return max(1, min(self.max_length_cap, math.ceil(self.max_length_a * source_len + self.max_length_b)))
 
-    def translate(self, sources: list[str] | list[list[int]], beam_size: int = 4, n_best: int = 1,
-                  length_penalty: float | None = None, max_decoding_length: int | None = None,
-                  return_attention: bool = False, batch_tokens: int = 4096, min_length: int = 0,
-                  parallel: int = 1, terms: Terminology | list[Terminology | None] | None = None,
-                  term_method: str = "auto") -> list[TranslationResult]:
-        """Translate strings (or EOS-terminated source id lists). Hypotheses are ranked by log-prob
-        / length^length_penalty (None: the model's own, `self.length_penalty`). max_decoding_length:
-        the most new target tokens (EOS included), in place of the default a * source length + b;
-        EOS is not allowed before min_length new tokens.
+    def translate(self, sources: list[str] | list[list[int]], options: DecodingOptions | None = None, *,
+                  batch_tokens: int = 4096, parallel: int = 1, terms: Terminology | list[Terminology | None] | None = None,
+                  term_method: str = "auto", **option_fields) -> list[TranslationResult]:
+        """Translate strings (or EOS-terminated source id lists) as `options` say (model/options.py:
+        beam_size, n_best, length_penalty, max_length, min_length, attention), or as the keyword
+        arguments of those names say (`translate(texts, beam_size=1)`). A length penalty of None is
+        the model's own (`self.length_penalty`); without max_length a translation gets at most
+        max_length_a * source length + max_length_b new tokens.
 
         Sentences are sorted by length and packed into batches of at most batch_tokens source
         tokens (counting padding, and beams); results come back in input order. parallel > 1
@@ -178,11 +179,10 @@ class Translator:
         annotations: it writes and inflects the term itself), "auto" (annotate when the model
         reads annotations, and translate with "spans" again the texts where a term is missing).
         """
-        if not 1 <= beam_size <= MAX_BEAM:
-            raise ValueError(f"beam_size must be between 1 and {MAX_BEAM}, got {beam_size}")
-        if not 1 <= n_best <= beam_size:
-            raise ValueError(f"n_best must be between 1 and beam_size={beam_size}, got {n_best}")
-        length_penalty = self.length_penalty if length_penalty is None else length_penalty
+        options = replace(options or DecodingOptions(), **option_fields)  # validated there
+        if options.length_penalty is None:
+            options = replace(options, length_penalty=self.length_penalty)
+        beam_size, n_best = options.beam_size, options.n_best
         if term_method not in ("auto", "annotate", "spans"):
             raise ValueError(f"term_method must be auto, annotate or spans, got {term_method!r}")
         each_terms = terms if isinstance(terms, list) else [terms] * len(sources)
@@ -231,14 +231,13 @@ class Translator:
         # with annotated terms, every finished beam comes back: the best one that writes the terms
         # is chosen before a text is translated again (the beams cost the same; only n_best are read)
         choose_terms = any(annotate) and term_method == "auto"
-        decode_n_best = beam_size if choose_terms else n_best
+        decode = replace(options, n_best=beam_size) if choose_terms else options
 
         def run(batch: list[int]):
             # a repair places a missing span, and an accelerator mark is placed, by the attention,
             # so it is computed where spans or marks are
-            attention = return_attention or any(self.has_sentinel(ids[i]) or marks[i] or stripped[i] for i in batch)
-            return self.translate_ids([ids[i] for i in batch], beam_size, decode_n_best, length_penalty,
-                                      max_decoding_length, attention, min_length)
+            attention = options.attention or any(self.has_sentinel(ids[i]) or marks[i] or stripped[i] for i in batch)
+            return self.translate_ids([ids[i] for i in batch], replace(decode, attention=attention))
 
         if parallel > 1:
             with ThreadPoolExecutor(parallel) as pool:
@@ -248,7 +247,7 @@ class Translator:
         results: list[TranslationResult | None] = [None] * len(ids)
         for batch, hyps in zip(batches, outputs):
             for i, h in zip(batch, hyps):
-                how = (return_attention, masked[i], shouting[i], marks[i], stripped[i])
+                how = (options.attention, masked[i], shouting[i], marks[i], stripped[i])
                 results[i] = self.to_result(ids[i], h[:n_best], *how)
                 # the other beams, where the best lacks a term or alternatives are asked for
                 if choose_terms and (n_best > 1 or lacks_terms(masked[i], results[i].hypotheses[0].text)):
@@ -264,9 +263,9 @@ class Translator:
             # an annotated term no beam wrote: that text again, its terms as sentinels
             again = [i for i, m in enumerate(masked) if m and lacks_terms(m, results[i].hypotheses[0].text)]
             if again:
-                redone = self.translate([sources[i] for i in again], retry_beam_size(beam_size, n_best), n_best,
-                                        length_penalty, max_decoding_length, return_attention, batch_tokens,
-                                        min_length, parallel, [each_terms[i] for i in again], term_method="spans")
+                wider = replace(options, beam_size=retry_beam_size(beam_size, n_best))
+                redone = self.translate([sources[i] for i in again], wider, batch_tokens=batch_tokens, parallel=parallel,
+                                        terms=[each_terms[i] for i in again], term_method="spans")
                 for i, again_result in zip(again, redone):
                     results[i] = again_result
         return results  # type: ignore[return-value]
@@ -283,27 +282,29 @@ class Translator:
             current.append(i)
         return batches + ([current] if current else [])
 
-    def translate_ids(self, ids: list[list[int]], beam_size: int, n_best: int, length_penalty: float,
-                      max_decoding_length: int | None, return_attention: bool, min_length: int = 0):
+    def translate_ids(self, ids: list[list[int]], options: DecodingOptions):
+        """Hypotheses of EOS-terminated source ids, one batch: the options turned into the search's
+        arguments (its names are Hugging Face `generate`'s: max_new_tokens, min_new_tokens, ...)."""
         S = max(len(x) for x in ids)
         src = torch.full((len(ids), S), self.config.pad_id, dtype=torch.long)
         for row, x in enumerate(ids):
             src[row, : len(x)] = torch.tensor(x)
-        caps = torch.tensor([self.length_cap(len(x), max_decoding_length) for x in ids])
+        caps = torch.tensor([self.length_cap(len(x), options.max_length) for x in ids]).to(self.device)
+        o = options if options.length_penalty is not None else replace(options, length_penalty=self.length_penalty)
         with inference_attention_backends(self.device):
             if self.graphed_search is not None:
-                return self.graphed_search(src.to(self.device), beam_size, n_best, length_penalty, caps.to(self.device),
-                                           return_attention, min_length)
+                return self.graphed_search(src.to(self.device), o.beam_size, o.n_best, o.length_penalty, caps,
+                                           o.attention, o.min_length)
             decoder = self.decoder
             if self.shortlist is not None:
                 decoder = decoder.shortlisted(self.shortlist.columns(ids, always=[self.config.eos_id]).to(self.device))
-            return beam_search(decoder, src.to(self.device), beam_size, n_best, length_penalty,
-                               caps.to(self.device), return_attention, min_length, self.select_fn)
+            return beam_search(decoder, src.to(self.device), o.beam_size, o.n_best, o.length_penalty, caps, o.attention,
+                               o.min_length, self.select_fn)
 
     def has_sentinel(self, ids: list[int]) -> bool:
         return self.tokenizer.has_sentinels and any(i in self.tokenizer.sentinel_ids for i in ids)
 
-    def to_result(self, source_ids: list[int], hyps, return_attention: bool,
+    def to_result(self, source_ids: list[int], hyps, with_attention: bool,
                   masked: protect.Masked | None = None, shouting: bool = False,
                   marked: accelerators.Marked | None = None,
                   stripped: protect.Stripped | None = None) -> TranslationResult:
@@ -337,7 +338,7 @@ class Translator:
                 weights = h.attention.float().mean(dim=(0, 1)).cpu().numpy()  # (target rows, source pieces)
                 decode = (lambda p: casing.shout(tok.decode_pieces(p))) if shouting else tok.decode_pieces
                 t.text = protect.place(stripped, protect.piece_starts(source_pieces), pieces, weights, decode)
-            if return_attention:
+            if with_attention:
                 # the rows are the model's steps: the pieces it wrote, before any repair of the text
                 t.attention = h.attention.float().cpu()
                 t.target_tokens = pieces + (["</s>"] if h.ended_with_eos else [])

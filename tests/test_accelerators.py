@@ -60,7 +60,7 @@ def translator(checkpoint):
 ])
 def test_the_model_reads_the_string_without_its_mark_and_the_translation_gets_it_once(translator, source, plain):
     mark = "&" if "&" in source else "_"
-    [marked, unmarked] = translator.translate([source, plain], beam_size=2, n_best=2, max_decoding_length=10)
+    [marked, unmarked] = translator.translate([source, plain], beam_size=2, n_best=2, max_length=10)
     assert marked.source_tokens == unmarked.source_tokens  # what the model read
     for a, b in zip(marked.hypotheses, unmarked.hypotheses):
         assert a.token_ids == b.token_ids

@@ -84,7 +84,7 @@ def test_translate_list_with_alternatives_alignments_and_attention(client, offli
     texts = ["Open the file.", "Click the button to print the document.", "Hello world."]
     body = translate(client, text=texts, beam_size=4, n_best=3, alignments=True, include_attention=True,
                      max_length=12)
-    expected = offline.translate(texts, beam_size=4, n_best=3, max_decoding_length=12, return_attention=True)
+    expected = offline.translate(texts, beam_size=4, n_best=3, max_length=12, attention=True)
     assert len(body["translations"]) == 3
     for t, e in zip(body["translations"], expected):
         assert [t["text"]] + [a["text"] for a in t["alternatives"]] == [h.text for h in e.hypotheses]

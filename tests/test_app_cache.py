@@ -88,21 +88,24 @@ def test_api_keys_do_not_share_cached_translations(tiny_checkpoint):
 
 
 def test_every_decoding_option_changes_the_cache_key():
-    """The key hashes the whole BatchKey: no option can be forgotten there (each field, changed
-    alone, gives another key; so do the compute type, the source and the partition)."""
-    from dataclasses import fields, replace
+    """The key hashes the whole BatchKey: no option can be forgotten there (the model and each
+    decoding option, changed alone, give another key; so do the compute type, the source and the
+    partition)."""
+    from dataclasses import fields
 
     from app.cache import TranslationCache
     from app.scheduler import BatchKey
     from app.storage import MemoryStorage
+    from model.options import DecodingOptions
 
     cache = TranslationCache(MemoryStorage(), 60.0, {"en-de": "weights-a", "de-en": "weights-b"})
-    base = BatchKey("en-de", beam_size=4, n_best=1, length_penalty=1.0, max_length=None, attention=False)
-    other = {"model": "de-en", "beam_size": 5, "n_best": 2, "length_penalty": 1.2, "max_length": 9, "attention": True}
-    assert {f.name for f in fields(BatchKey)} == set(other), "a new BatchKey field needs a value here"
-    keys = {cache.key(base, "int8", [5, 6, 3])}
+    base = BatchKey("en-de", DecodingOptions(beam_size=4, n_best=1, length_penalty=1.0))
+    other = {"beam_size": 5, "n_best": 2, "length_penalty": 1.2, "max_length": 9, "min_length": 3, "attention": True}
+    assert {f.name for f in fields(DecodingOptions)} == set(other), "a new decoding option needs a value here"
+    assert {f.name for f in fields(BatchKey)} == {"model", "options"}
+    keys = {cache.key(base, "int8", [5, 6, 3]), cache.key(BatchKey("de-en", base.options), "int8", [5, 6, 3])}
     for name, value in other.items():
-        keys.add(cache.key(replace(base, **{name: value}), "int8", [5, 6, 3]))
+        keys.add(cache.key(base.decoded(**{name: value}), "int8", [5, 6, 3]))
     keys |= {cache.key(base, "float32", [5, 6, 3]), cache.key(base, "int8", [5, 7, 3]),
              cache.key(base, "int8", [5, 6, 3], "key:abc")}
-    assert len(keys) == 1 + len(other) + 3
+    assert len(keys) == 2 + len(other) + 3

@@ -74,7 +74,6 @@ def test_concurrent_mixed_requests_each_get_their_own_translation(server, tiny_c
     for (body, texts), response in zip(requests, responses):
         assert response.status_code == 200, response.text
         options = {k: v for k, v in body.items() if k not in ("text", "source", "target")}
-        options["max_decoding_length"] = options.pop("max_length", None)  # the API's name for it
         expected = offline.translate(texts, **options)
         got = response.json()["translations"]
         assert len(got) == len(texts)

@@ -8,6 +8,11 @@ import time
 import pytest
 
 from app.scheduler import BatchKey, QueueFull, Scheduler
+from model.options import DecodingOptions
+
+
+def make_key(model: str, **options) -> BatchKey:
+    return BatchKey(model, DecodingOptions(**options))
 
 
 class FakeTranslate:
@@ -42,7 +47,7 @@ def test_items_split_across_batches_come_back_in_order():
         # budget 40 = 2 items of 5 tokens x beam 4: a 7-item job needs 4 batches
         scheduler = Scheduler(fake, slots=2, batch_tokens=40, max_wait_s=0.005)
         scheduler.start()
-        key = BatchKey("en-de", beam_size=4)
+        key = make_key("en-de", beam_size=4)
         a = scheduler.submit(key, [sentence(i) for i in range(7)])
         b = scheduler.submit(key, [sentence(100 + i) for i in range(3)])
         ra, rb = await a.future, await b.future
@@ -62,7 +67,7 @@ def test_a_batch_is_the_oldest_item_and_the_items_closest_to_it_in_length():
         fake = FakeTranslate()
         scheduler = Scheduler(fake, slots=1, batch_tokens=40, max_wait_s=0.01)
         lengths = [10, 50, 11, 9, 48, 10]
-        job = scheduler.submit(BatchKey("en-de", beam_size=1), [[i] * n for i, n in enumerate(lengths)])
+        job = scheduler.submit(make_key("en-de", beam_size=1), [[i] * n for i, n in enumerate(lengths)])
         scheduler.start()  # everything is queued before the first batch forms
         result = await job.future
         await scheduler.stop(1)
@@ -79,9 +84,9 @@ def test_only_items_with_the_same_options_share_a_batch():
         fake = FakeTranslate()
         scheduler = Scheduler(fake, slots=1, batch_tokens=10_000, max_wait_s=0.02)
         scheduler.start()
-        keys = [BatchKey("en-de"), BatchKey("en-de", beam_size=2), BatchKey("en-de", n_best=2),
-                BatchKey("en-de", length_penalty=0.5), BatchKey("en-de", max_length=7),
-                BatchKey("en-de", attention=True), BatchKey("de-en")]
+        keys = [make_key("en-de"), make_key("en-de", beam_size=2), make_key("en-de", n_best=2),
+                make_key("en-de", length_penalty=0.5), make_key("en-de", max_length=7),
+                make_key("en-de", attention=True), make_key("de-en")]
         jobs = [(k, scheduler.submit(k, [sentence(10 * n + i) for i in range(3)]))
                 for n, k in enumerate(keys * 2)]
         results = [(k, await job.future) for k, job in jobs]
@@ -102,15 +107,15 @@ def test_an_item_starts_at_once_on_an_idle_server_and_waits_for_company_while_a_
         scheduler = Scheduler(fake, slots=2, batch_tokens=20, max_wait_s=0.1)
         scheduler.start()
         start = time.monotonic()
-        running = scheduler.submit(BatchKey("en-de", beam_size=1), [sentence(1)])  # idle: starts now
+        running = scheduler.submit(make_key("en-de", beam_size=1), [sentence(1)])  # idle: starts now
         await asyncio.sleep(0.01)
         started_idle = len(fake.batches)
-        lone = scheduler.submit(BatchKey("en-de", beam_size=1), [sentence(2)])  # a batch runs: waits
+        lone = scheduler.submit(make_key("en-de", beam_size=1), [sentence(2)])  # a batch runs: waits
         await asyncio.sleep(0.05)
-        company = scheduler.submit(BatchKey("en-de", beam_size=1), [sentence(3)])
+        company = scheduler.submit(make_key("en-de", beam_size=1), [sentence(3)])
         await lone.future
         waited = time.monotonic() - start
-        full = scheduler.submit(BatchKey("en-de", beam_size=1), [sentence(i) for i in range(4)])
+        full = scheduler.submit(make_key("en-de", beam_size=1), [sentence(i) for i in range(4)])
         await asyncio.sleep(0.01)
         started_full = [sources for _, sources in fake.batches][-1]
         await asyncio.gather(running.future, company.future, full.future)
@@ -131,10 +136,10 @@ def test_a_cancelled_job_is_never_computed():
         fake.gate = asyncio.Event()
         scheduler = Scheduler(fake, slots=1, batch_tokens=10_000, max_wait_s=0)
         scheduler.start()
-        first = scheduler.submit(BatchKey("en-de"), [sentence(1)])
+        first = scheduler.submit(make_key("en-de"), [sentence(1)])
         await asyncio.sleep(0.02)  # first is now running, holding the only slot
-        gone = scheduler.submit(BatchKey("en-de"), [sentence(2), sentence(3)])
-        kept = scheduler.submit(BatchKey("en-de"), [sentence(4)])
+        gone = scheduler.submit(make_key("en-de"), [sentence(2), sentence(3)])
+        kept = scheduler.submit(make_key("en-de"), [sentence(4)])
         assert scheduler.queued == 3
         scheduler.cancel(gone)
         assert scheduler.queued == 1
@@ -153,8 +158,8 @@ def test_a_failed_batch_fails_only_its_jobs_and_drops_their_other_items():
         fake = FakeTranslate()
         scheduler = Scheduler(fake, slots=1, batch_tokens=20, max_wait_s=0)
         scheduler.start()
-        bad = scheduler.submit(BatchKey("en-de", beam_size=1), [sentence(666)] * 4 + [sentence(5)] * 4)
-        good = scheduler.submit(BatchKey("en-de", beam_size=2), [sentence(7)])
+        bad = scheduler.submit(make_key("en-de", beam_size=1), [sentence(666)] * 4 + [sentence(5)] * 4)
+        good = scheduler.submit(make_key("en-de", beam_size=2), [sentence(7)])
         with pytest.raises(RuntimeError, match="bad batch"):
             await bad.future
         result = await good.future
@@ -162,7 +167,7 @@ def test_a_failed_batch_fails_only_its_jobs_and_drops_their_other_items():
         return fake, result
 
     fake, result = run(main())
-    assert result == [(BatchKey("en-de", beam_size=2), sentence(7))]
+    assert result == [(make_key("en-de", beam_size=2), sentence(7))]
     computed = [s for _, sources in fake.batches for s in sources]
     assert sentence(5) not in computed  # the rest of the failed job was dropped, not computed
 
@@ -172,7 +177,7 @@ def test_a_request_sharing_a_failed_batch_is_retried_alone_and_succeeds():
         fake = FakeTranslate()
         scheduler = Scheduler(fake, slots=1, batch_tokens=10_000, max_wait_s=0.02)
         scheduler.start()
-        key = BatchKey("en-de")
+        key = make_key("en-de")
         bad = scheduler.submit(key, [sentence(666)])
         good = scheduler.submit(key, [sentence(1), sentence(2)])
         with pytest.raises(RuntimeError, match="bad batch"):
@@ -191,9 +196,9 @@ def test_queue_full_and_drain_on_stop():
         fake = FakeTranslate()
         scheduler = Scheduler(fake, slots=1, batch_tokens=10_000, max_wait_s=5, max_queue_items=3)
         scheduler.start()
-        job = scheduler.submit(BatchKey("en-de"), [sentence(1), sentence(2)])
+        job = scheduler.submit(make_key("en-de"), [sentence(1), sentence(2)])
         with pytest.raises(QueueFull):
-            scheduler.submit(BatchKey("en-de"), [sentence(3), sentence(4)])
+            scheduler.submit(make_key("en-de"), [sentence(3), sentence(4)])
         await scheduler.stop(1)  # does not wait out max_wait: queued work runs now
         return job
 

@@ -55,7 +55,7 @@ def translator(tmp_path_factory):
 
 def test_a_source_in_capitals_is_translated_as_its_sentence_case_and_written_in_capitals(translator):
     [loud, quiet] = translator.translate(["OPEN THE FILE AND SAVE YOUR CHANGES.", "Open the file and save your changes."],
-                                         beam_size=2, n_best=2, max_decoding_length=8, return_attention=True)
+                                         beam_size=2, n_best=2, max_length=8, attention=True)
     assert loud.source_tokens == quiet.source_tokens  # what the model read
     for a, b in zip(loud.hypotheses, quiet.hypotheses):
         assert a.token_ids == b.token_ids and a.tokens == b.tokens
@@ -65,21 +65,21 @@ def test_a_source_in_capitals_is_translated_as_its_sentence_case_and_written_in_
 def test_token_ids_in_capitals_are_read_in_sentence_case_too(translator):
     """The service sends token ids to its workers: the same rule applies to them."""
     ids = translator.encode("CLICK THE BUTTON TO PRINT THE DOCUMENT.")
-    [by_ids] = translator.translate([ids], beam_size=2, max_decoding_length=8)
-    [by_text] = translator.translate(["Click the button to print the document."], beam_size=2, max_decoding_length=8)
+    [by_ids] = translator.translate([ids], beam_size=2, max_length=8)
+    [by_text] = translator.translate(["Click the button to print the document."], beam_size=2, max_length=8)
     assert by_ids.hypotheses[0].text == casing.shout(by_text.hypotheses[0].text)
 
 
 def test_one_word_in_capitals_is_read_as_written(translator):
-    [result] = translator.translate(["USB"], beam_size=1, max_decoding_length=4)
+    [result] = translator.translate(["USB"], beam_size=1, max_length=4)
     assert result.source_tokens == translator.tokenizer.source_pieces(translator.encode("USB"))
 
 
 def test_spans_in_a_source_in_capitals_come_back_as_written(translator):
     source = "DELETE %(count)s FILES FROM <b>{folder_name}</b>?"
-    [result] = translator.translate([source], beam_size=2, max_decoding_length=12)
+    [result] = translator.translate([source], beam_size=2, max_length=12)
     [quiet] = translator.translate(["Delete %(count)s files from <b>{folder_name}</b>?"], beam_size=2,
-                                   max_decoding_length=12)
+                                   max_length=12)
     text, rest = result.hypotheses[0].text, quiet.hypotheses[0].text
     for span in ("%(count)s", "<b>", "{folder_name}", "</b>"):
         assert text.count(span) == 1  # the repair puts back what the random model drops
@@ -93,7 +93,7 @@ def test_characters_the_vocabulary_cannot_spell_come_back_as_written(translator,
     source = "Hello world 😀, this is Москва."
     for model in (translator, Translator.load(tiny_sentinel_checkpoint, device="cpu", dtype="float32")):
         assert model.tokenizer.cannot_spell("😀") and not model.tokenizer.cannot_spell("o")
-        [result] = model.translate([source], beam_size=2, max_decoding_length=12)
+        [result] = model.translate([source], beam_size=2, max_length=12)
         text = result.hypotheses[0].text
         assert text.count("😀") == 1 and text.count("Москва") == 1, text
         assert "\ufffd" not in text and "<unk>" not in text

@@ -42,8 +42,8 @@ def test_prepacked_translator_gives_the_same_translations_and_attention(tiny_che
     assert isinstance(plain.model.output_proj, nn.Linear)
     assert not any(isinstance(m, nn.Linear) for m in packed.model.modules())
     texts = ["Open the file.", "Save your changes now please.", "Click the button to print the document."]
-    a = plain.translate(texts, beam_size=3, n_best=2, return_attention=True)
-    b = packed.translate(texts, beam_size=3, n_best=2, return_attention=True)
+    a = plain.translate(texts, beam_size=3, n_best=2, attention=True)
+    b = packed.translate(texts, beam_size=3, n_best=2, attention=True)
     for x, y in zip(a, b):
         assert [h.token_ids for h in x.hypotheses] == [h.token_ids for h in y.hypotheses]
         assert [h.score for h in x.hypotheses] == [h.score for h in y.hypotheses]

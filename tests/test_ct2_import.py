@@ -49,7 +49,7 @@ def test_decodes_token_for_token_what_ctranslate2_decodes(converted, quantizatio
     for beam in (1, 4):
         expected = theirs.translate_batch([[vocab[i] for i in s] for s in SOURCES], beam_size=beam,
                                           max_decoding_length=20)
-        got = ours.translate(SOURCES, beam_size=beam, max_decoding_length=20)
+        got = ours.translate(SOURCES, beam_size=beam, max_length=20)
         for e, g in zip(expected, got):
             assert [vocab[i] for i in g.hypotheses[0].token_ids] == e.hypotheses[0]
     assert len({tuple(r.hypotheses[0].token_ids) for r in got}) > 1  # outputs that tell the inputs apart
@@ -137,7 +137,7 @@ def test_an_opennmt_py_shaped_model_as_argos_ships_it(tmp_path):
     sources = [[i for i in s[:-1] if i >= 4][:10] or [5] for s in SOURCES]  # no </s>: the file says so
     sources = [[min(i, 59) for i in s] for s in sources]
     expected = theirs.translate_batch([[vocab[i] for i in s] for s in sources], beam_size=1, max_decoding_length=20)
-    got = ours.translate(sources, beam_size=1, max_decoding_length=20)
+    got = ours.translate(sources, beam_size=1, max_length=20)
     assert [[vocab[i] for i in g.hypotheses[0].token_ids] for g in got] == [e.hypotheses[0] for e in expected]
     # the model computes what CTranslate2 computes: the log-probabilities of score_batch
     model, _, _ = load_checkpoint(ours_dir)
@@ -154,7 +154,7 @@ def test_an_opennmt_py_shaped_model_as_argos_ships_it(tmp_path):
     # beam 4: the same best hypothesis for most; where a short finished hypothesis and a longer one are
     # close, our search (Hugging Face's stopping rule) and CTranslate2's can keep different ones
     expected = theirs.translate_batch([[vocab[i] for i in s] for s in sources], beam_size=4, max_decoding_length=20)
-    got = ours.translate(sources, beam_size=4, max_decoding_length=20)
+    got = ours.translate(sources, beam_size=4, max_length=20)
     same = sum([vocab[i] for i in g.hypotheses[0].token_ids] == e.hypotheses[0] for g, e in zip(got, expected))
     assert same >= len(sources) - 1
     assert ours.tokenizer.encode_source("Open the file.")[-1] != config.eos_id  # text gets no </s> either

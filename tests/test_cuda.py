@@ -32,7 +32,7 @@ def test_float32_on_the_gpu_decodes_what_the_cpu_decodes(tiny_sentinel_checkpoin
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_half_precision_with_attention(tiny_sentinel_checkpoint, dtype):
     gpu = Translator.load(tiny_sentinel_checkpoint, device="cuda", dtype=dtype)
-    results = gpu.translate(SENTENCES, beam_size=4, return_attention=True)
+    results = gpu.translate(SENTENCES, beam_size=4, attention=True)
     for result in results:
         best = result.hypotheses[0]
         assert torch.isfinite(torch.tensor(best.score))
@@ -67,8 +67,8 @@ def test_cuda_graphs_decode_what_the_eager_step_decodes(tiny_sentinel_checkpoint
     sources = many_sentences()
     same, total = 0, 0
     for beam, attention in ((1, False), (4, False), (4, True)):
-        a = eager.translate(sources, beam_size=beam, n_best=beam, return_attention=attention, batch_tokens=2048)
-        b = graphed.translate(sources, beam_size=beam, n_best=beam, return_attention=attention, batch_tokens=2048)
+        a = eager.translate(sources, beam_size=beam, n_best=beam, attention=attention, batch_tokens=2048)
+        b = graphed.translate(sources, beam_size=beam, n_best=beam, attention=attention, batch_tokens=2048)
         for ra, rb in zip(a, b):
             total += 1
             same += [h.token_ids for h in ra.hypotheses] == [h.token_ids for h in rb.hypotheses]

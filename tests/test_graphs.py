@@ -121,8 +121,8 @@ def test_the_translator_translates_the_same_through_the_graphed_search(tiny_sent
     texts = ["Open the file and save your changes.", "Click {name} to print %s documents.", "Hello world.",
              "Save the file to /tmp/out.txt or mail it to ada@example.com."]
     for beam, n_best, attention in ((1, 1, False), (4, 2, True)):
-        a = usual.translate(texts, beam_size=beam, n_best=n_best, return_attention=attention)
-        b = graphed.translate(texts, beam_size=beam, n_best=n_best, return_attention=attention)
+        a = usual.translate(texts, beam_size=beam, n_best=n_best, attention=attention)
+        b = graphed.translate(texts, beam_size=beam, n_best=n_best, attention=attention)
         assert [[h.text for h in r.hypotheses] for r in a] == [[h.text for h in r.hypotheses] for r in b]
         if attention:
             for ra, rb in zip(a, b):

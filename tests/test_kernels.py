@@ -584,10 +584,10 @@ def test_the_int8_translator_fuses_and_threads_share_the_fused_calls(int8_checkp
     assert translator.fused
     texts = ["Open the file.", "Save your changes now please.", "Print.", "Close the window and the dialog.",
              "Hello world.", "Click the button to print the document."]
-    fused = translator.translate(texts, beam_size=3, n_best=2, return_attention=True)
+    fused = translator.translate(texts, beam_size=3, n_best=2, attention=True)
     # the same int8 model and search step, with the PyTorch encoder and decoder step
     pytorch = Translator(translator.model, translator.tokenizer, select_fn=translator.select_fn)
-    reference = pytorch.translate(texts, beam_size=3, n_best=2, return_attention=True)
+    reference = pytorch.translate(texts, beam_size=3, n_best=2, attention=True)
     for a, b in zip(fused, reference):
         assert [h.token_ids for h in a.hypotheses] == [h.token_ids for h in b.hypotheses]
         assert torch.equal(a.hypotheses[0].attention, b.hypotheses[0].attention)

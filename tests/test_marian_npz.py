@@ -123,7 +123,7 @@ def test_decodes_token_for_token_what_ctranslate2_decodes(releases, variant):
     for beam in (1, 4):
         expected = theirs.translate_batch([[src[i] for i in s[:-1]] for s in SOURCES], beam_size=beam,
                                           max_decoding_length=20, return_scores=True)
-        got = ours.translate(SOURCES, beam_size=beam, max_decoding_length=20)
+        got = ours.translate(SOURCES, beam_size=beam, max_length=20)
         for e, g in zip(expected, got):
             assert [tgt[i] for i in g.hypotheses[0].token_ids] == e.hypotheses[0]
     assert len({tuple(r.hypotheses[0].token_ids) for r in got}) > 1  # outputs that tell the inputs apart

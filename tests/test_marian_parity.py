@@ -154,7 +154,7 @@ def assert_decodes_as_ctranslate2(theirs, ours, vocab: list[str], ct2_sources: l
         expected = [r.hypotheses[0] for r in theirs.translate_batch(ct2_sources, beam_size=beam, max_decoding_length=12,
                                                                    min_decoding_length=0)]
         got = [[vocab[i] for i in r.hypotheses[0].token_ids]
-               for r in ours.translate([w + [EOS] for w in words], beam_size=beam, max_decoding_length=12)]
+               for r in ours.translate([w + [EOS] for w in words], beam_size=beam, max_length=12)]
         differing = sum(g != e for g, e in zip(got, expected))
         assert differing <= (0 if quantization == "float32" else 1), (quantization, beam, differing)
     learned = sum(e == [vocab[mapped(i)] for i in w] for e, w in zip(expected, words))
@@ -196,7 +196,7 @@ def hf_generate(model: MarianMTModel, sources, beam: int, n_best: int, max_new: 
 
 
 def our_generate(translator: Translator, sources, beam: int, n_best: int, max_new: int, min_new: int = 0):
-    res = translator.translate(sources, beam_size=beam, n_best=n_best, length_penalty=1.0, max_decoding_length=max_new,
+    res = translator.translate(sources, beam_size=beam, n_best=n_best, length_penalty=1.0, max_length=max_new,
                                min_length=min_new)
     return [[(h.token_ids, h.ended_with_eos, h.score, h.log_prob) for h in r.hypotheses] for r in res]
 
@@ -330,7 +330,7 @@ def test_text_round_trip(pair):
     out = hf.generate(**enc, num_beams=4, early_stopping=True, max_new_tokens=MAX_NEW, min_new_tokens=0,
                       max_length=None, forced_eos_token_id=None, do_sample=False, length_penalty=1.0,
                       bad_words_ids=[[hf.config.pad_token_id]])
-    ours = translator.translate(texts, beam_size=4, max_decoding_length=MAX_NEW)
+    ours = translator.translate(texts, beam_size=4, max_length=MAX_NEW)
     assert [r.hypotheses[0].text for r in ours] == tok.batch_decode(out, skip_special_tokens=True)
 
 

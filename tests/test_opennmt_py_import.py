@@ -148,7 +148,7 @@ def test_decodes_as_ctranslate2_decodes(converted, quantization):
         expected = [r.hypotheses[0] for r in theirs.translate_batch([[VOCAB[i] for i in s] for s in sources],
                                                                    beam_size=beam, max_decoding_length=12)]
         got = [[VOCAB[i] for i in r.hypotheses[0].token_ids]
-               for r in ours.translate(sources, beam_size=beam, max_decoding_length=12)]
+               for r in ours.translate(sources, beam_size=beam, max_length=12)]
         differing = sum(g != e for g, e in zip(got, expected))
         assert differing <= (0 if quantization == "float32" else 1), (beam, differing, got[:3], expected[:3])
     learned = sum(e == [VOCAB[i] for i in s[::-1]] for e, s in zip(expected, sources))

@@ -11,6 +11,7 @@ import torch
 from app.registry import _fingerprint
 from model import kernels
 from model.config import SHORTLIST_FILE
+from model.options import DecodingOptions
 from model.search import _columns_of
 from model.shortlist import Shortlist
 from model.translator import Translator
@@ -72,9 +73,9 @@ def test_a_short_shortlist_keeps_every_written_token_inside_it(tiny_sentinel_che
     columns = set(listed.shortlist.columns(ids, [listed.config.eos_id]).tolist())
     # the joint vocabulary: the source ids are copied in
     assert columns == set(range(10, 40)) | {i for s in ids for i in s} | {listed.config.eos_id}
-    hypotheses = listed.translate_ids(ids, 4, 4, 1.0, 12, False)
+    hypotheses = listed.translate_ids(ids, DecodingOptions(4, 4, 1.0, 12))
     written = {t for hyps in hypotheses for h in hyps for t in h.token_ids}
-    unrestricted = {t for hyps in plain.translate_ids(ids, 4, 4, 1.0, 12, False) for h in hyps for t in h.token_ids}
+    unrestricted = {t for hyps in plain.translate_ids(ids, DecodingOptions(4, 4, 1.0, 12)) for h in hyps for t in h.token_ids}
     assert written and written <= columns and not unrestricted <= columns  # the random model strays without it
     unlisted = Translator.load(model, device="cpu", dtype="int8", shortlist=False)
     assert unlisted.shortlist is None
@@ -104,5 +105,5 @@ def test_the_pytorch_path_decodes_over_a_shortlist_too(tiny_sentinel_checkpoint,
     ids = [plain.encode(s) for s in SENTENCES]
     short = Translator.load(model, device="cpu", dtype=dtype)
     columns = set(short.shortlist.columns(ids, [short.config.eos_id]).tolist())
-    written = {t for hyps in short.translate_ids(ids, 3, 3, 1.0, 10, False) for h in hyps for t in h.token_ids}
+    written = {t for hyps in short.translate_ids(ids, DecodingOptions(3, 3, 1.0, 10)) for h in hyps for t in h.token_ids}
     assert written and written <= columns

@@ -22,14 +22,14 @@ def translator(tiny_checkpoint):
 
 
 def test_results_come_back_in_input_order_whatever_the_batching(translator):
-    one_by_one = [translator.translate([s], beam_size=2, max_decoding_length=8)[0] for s in SENTENCES]
-    packed = translator.translate(SENTENCES, beam_size=2, max_decoding_length=8, batch_tokens=40)  # several batches
+    one_by_one = [translator.translate([s], beam_size=2, max_length=8)[0] for s in SENTENCES]
+    packed = translator.translate(SENTENCES, beam_size=2, max_length=8, batch_tokens=40)  # several batches
     assert len(Translator.batches([translator.encode(s) for s in SENTENCES], 20)) > 1
     assert [r.hypotheses[0].token_ids for r in packed] == [r.hypotheses[0].token_ids for r in one_by_one]
 
 
 def test_result_fields(translator):
-    [result] = translator.translate(["Open the file."], beam_size=3, n_best=2, max_decoding_length=6, return_attention=True)
+    [result] = translator.translate(["Open the file."], beam_size=3, n_best=2, max_length=6, attention=True)
     assert result.source_tokens[-1] == "</s>"
     assert len(result.hypotheses) == 2
     best = result.hypotheses[0]
@@ -49,7 +49,7 @@ def test_a_repaired_hypothesis_keeps_the_models_rows_of_attention(tiny_sentinel_
     words = [i for i in translator.encode("now open") if i not in (tok.config.eos_id,)]
     attention = torch.softmax(torch.randn(2, 4, len(words) + 1, len(source_ids)), dim=-1)  # (L, H, T+EOS, S)
     hyp = Hypothesis(words, score=-1.0, log_prob=-2.0, ended_with_eos=True, attention=attention)
-    result = translator.to_result(source_ids, [hyp], return_attention=True)
+    result = translator.to_result(source_ids, [hyp], with_attention=True)
     best = result.hypotheses[0]
     assert best.spans_inserted == [0] and "\ue000" in best.text
     assert best.target_tokens == tok.target_pieces(words) + ["</s>"]
@@ -58,7 +58,7 @@ def test_a_repaired_hypothesis_keeps_the_models_rows_of_attention(tiny_sentinel_
 
 def test_token_id_input_and_max_length(translator):
     ids = translator.encode("Open the file.")
-    [r] = translator.translate([ids], beam_size=1, max_decoding_length=3)
+    [r] = translator.translate([ids], beam_size=1, max_length=3)
     assert len(r.hypotheses[0].token_ids) <= 3
 
 
@@ -82,14 +82,14 @@ def test_the_models_length_penalty_is_the_default(tiny_checkpoint, tmp_path, mon
     used = []
     real = translator.translate_ids
 
-    def spy(ids, beam_size, n_best, length_penalty, *rest):
-        used.append(length_penalty)
-        return real(ids, beam_size, n_best, length_penalty, *rest)
+    def spy(ids, options):
+        used.append(options.length_penalty)
+        return real(ids, options)
 
     monkeypatch.setattr(translator, "translate_ids", spy)
-    default = translator.translate(SENTENCES[:2], beam_size=3, n_best=3, max_decoding_length=8)
-    given = translator.translate(SENTENCES[:2], beam_size=3, n_best=3, max_decoding_length=8, length_penalty=1.7)
-    plain = translator.translate(SENTENCES[:2], beam_size=3, n_best=3, max_decoding_length=8, length_penalty=1.0)
+    default = translator.translate(SENTENCES[:2], beam_size=3, n_best=3, max_length=8)
+    given = translator.translate(SENTENCES[:2], beam_size=3, n_best=3, max_length=8, length_penalty=1.7)
+    plain = translator.translate(SENTENCES[:2], beam_size=3, n_best=3, max_length=8, length_penalty=1.0)
     assert used == [1.7, 1.7, 1.0]
     scores = lambda results: [h.score for r in results for h in r.hypotheses]  # noqa: E731
     assert scores(default) == scores(given) != scores(plain)
@@ -132,7 +132,7 @@ def test_cli_translate_cuts_a_line_longer_than_the_model_accepts_into_sentences(
     assert len(translator.encode(paragraph)) > translator.max_source_tokens  # the model alone refuses it
     out = run_cli(monkeypatch, capsys, tiny_checkpoint, f"{paragraph}\nClick.\n".encode())
     expected = [r.hypotheses[0].text for r in translator.translate(sentences + ["Click."], beam_size=2,
-                                                                   max_decoding_length=5)]
+                                                                   max_length=5)]
     assert out == "  ".join(expected[:-1]) + "\n" + expected[-1] + "\n"
 
 
@@ -154,7 +154,7 @@ def test_int8_translator_stays_close_to_float32(tiny_checkpoint):
     reference = fp32.model(src, tgt).log_softmax(-1)
     quantized = int8.model(src, tgt).log_softmax(-1)
     assert (reference - quantized).abs().max() < 0.1 * reference.abs().max()
-    [result] = int8.translate(["Open the file."], beam_size=2, max_decoding_length=6, return_attention=True)
+    [result] = int8.translate(["Open the file."], beam_size=2, max_length=6, attention=True)
     best = result.hypotheses[0]
     torch.testing.assert_close(best.attention.sum(-1), torch.ones(best.attention.shape[:3]))
 
@@ -166,9 +166,9 @@ def test_int8_translations_do_not_depend_on_the_batch(tiny_checkpoint):
     int8 = Translator.load(tiny_checkpoint, device="cpu", dtype="int8")
     texts = ["Open the file.", "Hello world, this is a small test sentence with more words.", "Click.",
              "The quick brown fox jumps over the lazy dog.", "Save your changes now please."]
-    together = int8.translate(texts, beam_size=3, n_best=2, return_attention=True)
+    together = int8.translate(texts, beam_size=3, n_best=2, attention=True)
     for text, batched in zip(texts, together):
-        [alone] = int8.translate([text], beam_size=3, n_best=2, return_attention=True)
+        [alone] = int8.translate([text], beam_size=3, n_best=2, attention=True)
         assert [h.token_ids for h in alone.hypotheses] == [h.token_ids for h in batched.hypotheses]
         # nearly the same: padding changes the last bits of float ops upstream (the encoder's
         # attention), and now and then such a bit moves an activation to the next int8 level
@@ -201,9 +201,9 @@ def test_parallel_batches_give_the_same_results_in_order(tiny_checkpoint):
     translator = Translator.load(tiny_checkpoint, device="cpu", dtype="float32")
     texts = ["Open the file.", "Save your changes now please.", "Print.", "Close the window and the dialog.",
              "Hello world.", "Click the button to print the document."]
-    serial = translator.translate(texts, beam_size=3, n_best=2, batch_tokens=60, return_attention=True)
+    serial = translator.translate(texts, beam_size=3, n_best=2, batch_tokens=60, attention=True)
     for parallel in (2, 4):
-        together = translator.translate(texts, beam_size=3, n_best=2, batch_tokens=60, return_attention=True,
+        together = translator.translate(texts, beam_size=3, n_best=2, batch_tokens=60, attention=True,
                                         parallel=parallel)
         for a, b in zip(serial, together):
             assert [h.token_ids for h in a.hypotheses] == [h.token_ids for h in b.hypotheses]

@@ -26,6 +26,7 @@ from app.protocol import LTTranslateFileResponse
 from app.routers import ServiceDep, errors
 from app.scheduler import BatchKey
 from model.clean import clean_text
+from model.options import DecodingOptions
 from model.results import put_back
 from model.terms import Terminology
 
@@ -149,8 +150,8 @@ async def _translate_texts(request: Request, service, model, texts: list[str], h
         await service.charge(request, len(prepared) - 1)
     positions = [(part, j) for part in parts for j in range(len(part.sentences))]
     # a model without sentinels puts the placeholders it was not shown back by the attention
-    key = BatchKey(model.id, beam_size=s.default_beam_size, n_best=1, length_penalty=model.length_penalty,
-                   attention=any(m for m, _ in prepared))
+    key = BatchKey(model.id, DecodingOptions(beam_size=s.default_beam_size, length_penalty=model.length_penalty,
+                                             attention=any(m for m, _ in prepared)))
     translations: list[str] = []
     for start in range(0, len(prepared), s.max_segments):
         remaining = s.file_timeout_s - (time.monotonic() - started)

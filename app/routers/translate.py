@@ -25,6 +25,7 @@ from app.registry import language_name
 from app.routers import ServiceDep, errors
 from app.scheduler import BatchKey
 from app.service import Service
+from model.options import DecodingOptions
 from model.results import Translation, TranslationResult, put_back, restore
 from model.terms import report
 
@@ -138,8 +139,8 @@ async def translate_one_hop(body: TranslateRequest, request: Request, service: S
     # a model without sentinels puts the spans it was not shown back by the attention
     taken_out = any(m.taken_out for m in masked)
     length_penalty = model.length_penalty if body.length_penalty is None else body.length_penalty
-    key = BatchKey(model.id, body.beam_size, body.n_best, length_penalty, body.max_length,
-                   attention=body.alignments or body.include_attention or taken_out)
+    key = BatchKey(model.id, DecodingOptions(body.beam_size, body.n_best, length_penalty, body.max_length,
+                                             attention=body.alignments or body.include_attention or taken_out))
     # each text is one sentence of a document holding its mask's own spans and terms, which a retry
     # of a missed annotated term extends (Service.translate_sentences)
     documents = [markup.Document(["", ""], [m.text], m.spans, False, m.terms, annotations=m.annotations)

@@ -1,0 +1,35 @@
+"""How to decode: one object from the HTTP request to the search, one name per option.
+
+The service builds it from a request (app/routers), batches by it (app/scheduler.py's BatchKey,
+whose every field the translation cache hashes), the worker hands it to `Translator.translate`,
+and the Translator turns it into `beam_search`'s arguments in one place (`Translator.translate_ids`).
+A new option is a field here, its use in the search, and the HTTP field that sets it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from model.config import MAX_BEAM
+
+
+@dataclass(frozen=True)
+class DecodingOptions:
+    beam_size: int = 4  # hypotheses kept each step; 1 is greedy search
+    n_best: int = 1  # hypotheses returned per text, best first (at most beam_size)
+    # hypotheses rank by log-prob / length^length_penalty; None: the model's own (its metadata)
+    length_penalty: float | None = None
+    # most new target tokens, EOS included; None: the Translator's a * source length + b, capped
+    max_length: int | None = None
+    min_length: int = 0  # EOS is not allowed before this many new tokens
+    attention: bool = False  # return each hypothesis's encoder-decoder attention (layers, heads, target, source)
+
+    def __post_init__(self):
+        if not 1 <= self.beam_size <= MAX_BEAM:
+            raise ValueError(f"beam_size must be between 1 and {MAX_BEAM}, got {self.beam_size}")
+        if not 1 <= self.n_best <= self.beam_size:
+            raise ValueError(f"n_best must be between 1 and beam_size={self.beam_size}, got {self.n_best}")
+        if self.max_length is not None and self.max_length < 1:
+            raise ValueError(f"max_length must be at least 1, got {self.max_length}")
+        if self.min_length < 0:
+            raise ValueError(f"min_length must be at least 0, got {self.min_length}")

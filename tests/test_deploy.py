@@ -105,3 +105,24 @@ def test_the_image_takes_every_file_of_the_shipped_models():
         present = [name for name in (*CHECKPOINT_FILES, SHORTLIST_FILE) if (ROOT / "checkpoints" / pair / name).exists()]
         assert SHORTLIST_FILE in present
         assert {f"checkpoints/{pair}/{name}" for name in present} <= admitted
+
+
+@pytest.mark.parametrize("image", ["localhost/nmt:cuda", "localhost/nmt:cpu"])
+def test_a_built_image_runs_the_service_and_the_gpu_search(image):
+    """An image built here (docs/container.md: `podman build ... -t nmt:cuda .`): its Python imports
+    the service, the CUDA-graph search and the torch variant it was built for. Skipped where podman
+    or the image is missing (CI does not build images: 10 minutes and 6 GB for the CUDA one)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("podman") is None:
+        pytest.skip("no podman here")
+    if subprocess.run(["podman", "image", "exists", image], capture_output=True).returncode != 0:
+        pytest.skip(f"{image} is not built here")
+    check = ("import torch, app.main, model.graphs; "
+             "print(torch.version.cuda is not None, len(app.main.app.routes) > 5, model.graphs.GraphedBeamSearch.__name__)")
+    run = subprocess.run(["podman", "run", "--rm", "--network", "none", image, "python", "-c", check],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    cuda_build = image.endswith(":cuda")
+    assert run.stdout.split() == [str(cuda_build), "True", "GraphedBeamSearch"]

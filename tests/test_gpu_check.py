@@ -25,4 +25,5 @@ def test_gpu_check_checks_itself_without_cuda(tmp_path):
     assert summary.count("exit 0") == 3, summary
     table = (tmp_path / "bench-check" / "engine.md").read_text()
     assert "| ours | float32 | 4 | 2 |" in table and "| hf | float32 | 4 | 2 |" in table
-    assert "4 tests collected" in (tmp_path / "cuda-tests-collected.txt").read_text()
+    collected = (tmp_path / "cuda-tests-collected.txt").read_text()
+    assert "7 tests collected" in collected and "test_cuda_graphs_decode_what_the_eager_step_decodes[float16]" in collected

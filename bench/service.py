@@ -7,8 +7,10 @@ N clients (httpx, async) each send one sentence per request to /v1/translate, ba
 T seconds (closed loop). With --rate R the load is open: requests arrive as a Poisson process of
 R a second, each on a free keep-alive connection (a new one when none is free), whatever the
 server's pace, and each request's latency counts from its arrival, so time spent queued behind a
-slow batch shows (a closed loop hides it: its clients wait instead of sending). Without --url
-the server is started here (uvicorn app.main:app on 127.0.0.1, settings from
+slow batch shows (a closed loop hides it: its clients wait instead of sending). With --servers N,
+N servers are started, each with its own workers (replicas on one machine, as behind a load
+balancer; the clients are spread over them round robin), and the numbers are their sum. Without
+--url the server is started here (uvicorn app.main:app on 127.0.0.1, settings from
 --workers/--threads-per-worker/... or the NMT_* environment). Then the offline Translator
 translates the same sentences in one call (length-sorted token-budget batches), with 1 thread
 and with all cores, for comparison. Tokens are source tokens (EOS included), counted with the
@@ -143,7 +145,7 @@ class RawConnection:
             self.streams[1].close()
 
 
-async def load_test(url: str, sentences: list[str], pair: dict, args, server_pid: int | None) -> dict:
+async def load_test(urls: list[str], sentences: list[str], pair: dict, args, server_pids: list[int]) -> dict:
     latencies: list[float] = []
     sent: list[int] = []
     errors: dict[int, int] = {}
@@ -167,7 +169,7 @@ async def load_test(url: str, sentences: list[str], pair: dict, args, server_pid
             r = await http.post("/v1/translate", json=body(i))
             record(i, r.status_code, start)
 
-    async def raw_client():
+    async def raw_client(url: str):
         connection = RawConnection(url)
         while time.perf_counter() < stop_at:
             i = next(next_index) % len(sentences)
@@ -180,7 +182,7 @@ async def load_test(url: str, sentences: list[str], pair: dict, args, server_pid
 
     async def arrival(i: int, arrived: float, http: httpx.AsyncClient):
         if args.client == "raw":
-            connection = idle.pop() if idle else RawConnection(url)
+            connection = idle.pop() if idle else RawConnection(urls[i % len(urls)])
             status, _ = await connection.post("/v1/translate", body(i))
             idle.append(connection)
         else:
@@ -200,25 +202,32 @@ async def load_test(url: str, sentences: list[str], pair: dict, args, server_pid
         for connection in idle:
             connection.close()
 
+    def server_cpu() -> dict[str, float]:
+        trees = [process_tree_cpu(pid) for pid in server_pids]
+        return {k: sum(tree[k] for tree in trees) for k in ("server", "workers")} if trees else {}
+
+    async def metrics(http: httpx.AsyncClient) -> str:
+        return "\n".join([(await http.get(f"{url}/metrics")).text for url in urls])
+
     connections = 4096 if args.rate else args.clients  # open loop: never a client-side queue
     limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
-        for i in range(4):  # warm-up: first-call costs stay out of the numbers
-            await http.post("/v1/translate", json=body(i))
-        before = (await http.get("/metrics")).text
-        cpu_before = (time.process_time(), process_tree_cpu(server_pid) if server_pid else {})
+    async with httpx.AsyncClient(base_url=urls[0], timeout=120, limits=limits) as http:
+        for url in urls:
+            for i in range(4):  # warm-up: first-call costs stay out of the numbers
+                await http.post(f"{url}/v1/translate", json=body(i))
+        before = await metrics(http)
+        cpu_before = (time.process_time(), server_cpu())
         start = time.perf_counter()
         stop_at = start + args.seconds
         if args.rate:
             await open_loop(http)
-        else:
-            await asyncio.gather(*((raw_client() if args.client == "raw" else httpx_client(http))
-                                   for _ in range(args.clients)))
+        else:  # (the httpx clients send to the first server only)
+            await asyncio.gather(*((raw_client(urls[c % len(urls)]) if args.client == "raw" else httpx_client(http))
+                                   for c in range(args.clients)))
         elapsed = time.perf_counter() - start
         cpu = {"clients": time.process_time() - cpu_before[0]}
-        if server_pid:
-            cpu.update({k: v - cpu_before[1][k] for k, v in process_tree_cpu(server_pid).items()})
-        after = (await http.get("/metrics")).text
+        cpu.update({k: v - cpu_before[1][k] for k, v in server_cpu().items()})
+        after = await metrics(http)
     batches = metric(after, "nmt_batch_size_count") - metric(before, "nmt_batch_size_count")
     items = metric(after, "nmt_batch_size_sum") - metric(before, "nmt_batch_size_sum")
     busy = metric(after, "nmt_worker_busy_seconds_total") - metric(before, "nmt_worker_busy_seconds_total")
@@ -261,6 +270,8 @@ def main() -> None:
                    help="load generator: httpx.AsyncClient, or a minimal asyncio HTTP/1.1 client that leaves "
                    "more of a small machine to the server")
     p.add_argument("--url", help="benchmark this running server instead of starting one")
+    p.add_argument("--servers", type=int, default=1, help="start this many servers, each with its own workers, "
+                   "and spread the raw clients over them (replicas on one machine)")
     p.add_argument("--workers", type=int, help="NMT_WORKERS for the started server")
     p.add_argument("--threads-per-worker", type=int, help="NMT_THREADS_PER_WORKER")
     p.add_argument("--max-wait-ms", type=float, help="NMT_MAX_WAIT_MS")
@@ -278,15 +289,19 @@ def main() -> None:
     args = p.parse_args()
 
     sentences = load_sentences(args.data, args.limit)
-    process, url = (None, args.url) if args.url else start_server(args)
+    if args.servers > 1 and (args.url or args.client != "raw"):
+        sys.exit("--servers needs the raw client and no --url")
+    started = [] if args.url else [start_server(args) for _ in range(args.servers)]
+    urls = [args.url] if args.url else [url for _, url in started]
     try:
-        model = httpx.get(f"{url}/v1/models").json()["models"][0]
+        model = httpx.get(f"{urls[0]}/v1/models").json()["models"][0]
         pair = {"source": model["source"], "target": model["target"]}
-        run = asyncio.run(load_test(url, sentences, pair, args, process.pid if process else None))
-        workers = httpx.get(f"{url}/ready").json()["workers"]
+        run = asyncio.run(load_test(urls, sentences, pair, args, [process.pid for process, _ in started]))
+        workers = [w for url in urls for w in httpx.get(f"{url}/ready").json()["workers"]]
     finally:
-        if process is not None:
+        for process, _ in started:
             process.terminate()
+        for process, _ in started:
             process.wait(60)
 
     from app.registry import load_model
@@ -295,7 +310,8 @@ def main() -> None:
     done = len(run["sent"])
     lat = sorted(x * 1000 for x in run["latencies"])
     load = f"open loop, {args.rate:g} requests/s Poisson" if args.rate else f"{args.clients} clients"
-    rows = [{"what": f"service: {load} ({args.client}), {len(workers)} worker(s), {model['dtype']}",
+    servers = f"{len(urls)} servers x {len(workers) // len(urls)} worker(s)" if len(urls) > 1 else f"{len(workers)} worker(s)"
+    rows = [{"what": f"service: {load} ({args.client}), {servers}, {model['dtype']}",
              "sentences_per_s": done / run["elapsed"],
              "tokens_per_s": (sum(len(tokenizer.encode(sentences[i])) for i in run["sent"]) / run["elapsed"]
                               if tokenizer else None),

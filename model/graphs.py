@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 
 from model.config import ModelConfig
-from model.search import Hypothesis, StepRecord, read_back, select_on_device
+from model.search import Hypothesis, StepRecord, read_back, search_caps, select_on_device
 from model.transformer import Transformer, attention
 
 log = logging.getLogger(__name__)
@@ -97,13 +97,7 @@ def decoder_step(model: Transformer, buf: SearchBuffers, need_weights: bool) -> 
             return attn.out_proj(attn.merge_heads(out)), None
 
         def cross_attention(h, attn=layer.cross_attn, kv=buf.cross_kv[i]):
-            # the k rows of one sentence are k queries against that sentence's keys
-            q = attn.q_proj(h).view(N // k, k, H, Dh).transpose(1, 2)  # (Bb, H, k, Dh)
-            out, w = attention(q, kv[0], kv[1], buf.src_bias, need_weights, 0.0)
-            out = out.transpose(1, 2).reshape(N, 1, H * Dh)
-            if w is not None:
-                w = w.transpose(1, 2).reshape(N, H, -1)  # (Nb, H, Sb)
-            return attn.out_proj(out), w
+            return attn.attend_per_source(h, kv[0], kv[1], buf.src_bias, k, need_weights, attention)
 
         x, weights = layer(x, self_attention, cross_attention)
         all_weights.append(weights)
@@ -285,12 +279,8 @@ class GraphedBeamSearch:
                  max_new_tokens: Tensor | int = 128, return_attention: bool = False,
                  min_new_tokens: int = 0) -> list[list[Hypothesis]]:
         c, k, device = self.config, beam_size, src.device
-        if not 1 <= n_best <= k:
-            raise ValueError(f"n_best must be between 1 and beam_size={k}, got {n_best}")
         B = src.size(0)
-        max_len = torch.as_tensor(max_new_tokens, device=device).expand(B).clone()  # (B,)
-        if int(max_len.min()) < 1:
-            raise ValueError("max_new_tokens must be at least 1")
+        max_len = search_caps(src, beam_size, n_best, max_new_tokens)  # (B,)
         T_cap = int(max_len.max())
         if T_cap > c.max_positions:
             raise ValueError(f"{T_cap} target positions asked; the model accepts at most {c.max_positions}")

@@ -270,12 +270,8 @@ def beam_search(
     Returns per sentence its n_best hypotheses, best first."""
     c = model.config
     k, device = beam_size, src.device
-    if not 1 <= n_best <= k:
-        raise ValueError(f"n_best must be between 1 and beam_size={k}, got {n_best}")
     B_orig = src.size(0)
-    max_len = torch.as_tensor(max_new_tokens, device=device).expand(B_orig).clone()  # (B,)
-    if int(max_len.min()) < 1:
-        raise ValueError("max_new_tokens must be at least 1")
+    max_len = search_caps(src, beam_size, n_best, max_new_tokens)  # (B,)
     T_cap = int(max_len.max())
 
     memory, src_mask = encode_by_length(model, src)
@@ -329,6 +325,16 @@ def beam_search(
         elif not in_place:
             cache.reorder((first_row[:B] + parents).view(-1))
     return read_back(steps, finished, n_best, 2 * k, c.eos_id, source_len, B_orig)
+
+
+def search_caps(src: Tensor, beam_size: int, n_best: int, max_new_tokens: Tensor | int) -> Tensor:
+    """The new-token cap of each sentence (B,), on src's device, once the arguments are checked."""
+    if not 1 <= n_best <= beam_size:
+        raise ValueError(f"n_best must be between 1 and beam_size={beam_size}, got {n_best}")
+    max_len = torch.as_tensor(max_new_tokens, device=src.device).expand(src.size(0)).clone()
+    if int(max_len.min()) < 1:
+        raise ValueError("max_new_tokens must be at least 1")
+    return max_len
 
 
 def _columns_of(columns: Tensor, ids: tuple[int, ...]) -> tuple[int, ...]:

@@ -116,6 +116,21 @@ class MultiHeadAttention(nn.Module):
         out, weights = self.attention_fn(q, k, v, mask, need_weights, p, rows)
         return self.out_proj(self.merge_heads(out)), weights
 
+    def attend_per_source(self, h: Tensor, k: Tensor, v: Tensor, bias: Tensor, group: int, need_weights: bool,
+                          attention_fn=None):
+        """Encoder-decoder attention of decoder rows that come `group` to a source (the beams of
+        one sentence): the group's rows are `group` queries of one batch entry, against that
+        source's one copy of keys and values, so beams never copy them. h: (N, 1, D); k, v:
+        (N / group, H, S, Dh); bias: (N / group, 1, 1, S). Returns (N, 1, D) and, if asked, the
+        weights (N, H, S)."""
+        N, H, Dh = h.size(0), self.n_heads, self.d_head
+        q = self.q_proj(h).view(N // group, group, H, Dh).transpose(1, 2)  # (N/g, H, g, Dh)
+        out, w = (attention_fn or self.attention_fn)(q, k, v, bias, need_weights, 0.0)
+        out = out.transpose(1, 2).reshape(N, 1, H * Dh)
+        if w is not None:
+            w = w.transpose(1, 2).reshape(N, H, -1)  # (N, H, S)
+        return self.out_proj(out), w
+
 
 class PositionwiseFeedForward(nn.Module):
     """Section 3.3: FFN(x) = act(x W1 + b1) W2 + b2."""
@@ -344,14 +359,7 @@ class Transformer(nn.Module):
                 return attn.attend(q, k, v, None, rows=history)
 
             def cross_attention(h, attn=layer.cross_attn, mem_k=mem_k, mem_v=mem_v):
-                N, H, Dh = h.size(0), attn.n_heads, attn.d_head
-                # the g rows of one source become g queries against that source's keys
-                q = attn.q_proj(h).view(N // g, g, H, Dh).transpose(1, 2)  # (N/g, H, g, Dh)
-                out, w = self.attention_fn(q, mem_k, mem_v, cache.src_bias, need_weights, 0.0)
-                out = out.transpose(1, 2).reshape(N, 1, H * Dh)
-                if w is not None:
-                    w = w.transpose(1, 2).reshape(N, H, -1)  # (N, H, S)
-                return attn.out_proj(out), w
+                return attn.attend_per_source(h, mem_k, mem_v, cache.src_bias, g, need_weights)
 
             x, weights = layer(x, self_attention, cross_attention)
             all_weights.append(weights)

@@ -91,8 +91,10 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
             # A CUDA error other than OOM (a device-side assert) poisons the context for good:
             # only a new process recovers, so say so and exit.
             fatal = device.startswith("cuda") and "CUDA error" in str(e)
-            if device.startswith("cuda") and not fatal:
-                torch.cuda.empty_cache()  # after an OOM, give the next batch the memory back
+            if device.startswith("cuda") and not fatal:  # after an OOM, give the next batch the memory back
+                for each in held.loaded.values():
+                    each.release_memory()
+                torch.cuda.empty_cache()
             send_message(conn, ("fatal" if fatal else "error", f"{type(e).__name__}: {e}"))
             if fatal:
                 os._exit(1)

@@ -48,7 +48,8 @@ log = logging.getLogger(__name__)
 # the largest: few buckets (each one records its own graphs), multiples of 16 (the fused attention
 # kernels' masks stay aligned); attending over up to twice the positions costs a GPU little
 _LENGTHS = (32, 64, 128, 256, 512)
-# bytes of free buffer sets kept for reuse (each with its graphs), least recently used dropped first
+# bytes of free buffer sets kept for reuse (each with its graphs), least recently used dropped
+# first: 2 GiB, or a sixteenth of a smaller GPU's memory
 _KEEP_BYTES = 2 << 30
 
 
@@ -273,6 +274,9 @@ class GraphedBeamSearch:
         # back when it ends, so concurrent searches never share buffers
         self._free: OrderedDict[Bucket, list[SearchBuffers]] = OrderedDict()
         self._lock = threading.Lock()
+        self.keep_bytes = _KEEP_BYTES
+        if self.device.type == "cuda":
+            self.keep_bytes = min(_KEEP_BYTES, torch.cuda.get_device_properties(self.device).total_memory // 16)
 
     @torch.inference_mode()
     def __call__(self, src: Tensor, beam_size: int = 4, n_best: int = 1, length_penalty: float = 1.0,
@@ -333,6 +337,11 @@ class GraphedBeamSearch:
             steps.append(step)
         return steps
 
+    def release(self) -> None:
+        """Drop the free buffer sets and their graphs (after running out of memory, say)."""
+        with self._lock:
+            self._free.clear()
+
     def _take(self, bucket: Bucket) -> SearchBuffers:
         with self._lock:
             free = self._free.get(bucket)
@@ -345,7 +354,7 @@ class GraphedBeamSearch:
         with self._lock:
             self._free.setdefault(buffers.bucket, []).append(buffers)
             self._free.move_to_end(buffers.bucket)
-            while sum(b.nbytes for free in self._free.values() for b in free) > _KEEP_BYTES:
+            while sum(b.nbytes for free in self._free.values() for b in free) > min(self.keep_bytes, _KEEP_BYTES):
                 oldest = next(iter(self._free))
                 self._free[oldest].pop(0)
                 if not self._free[oldest]:

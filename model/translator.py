@@ -123,6 +123,11 @@ class Translator:
             translator.shortlist = Shortlist.load(Path(directory), copy_source=model.config.share_embeddings)
         return translator
 
+    def release_memory(self) -> None:
+        """Give back what the search keeps between calls (the GPU search's buffers and graphs)."""
+        if self.graphed_search is not None:
+            self.graphed_search.release()
+
     @property
     def fused(self) -> bool:
         """Whether an int8 model's encoder and decoder step run as one C++ call each."""

@@ -138,3 +138,5 @@ def test_free_buffers_past_the_byte_budget_are_dropped(monkeypatch):
     monkeypatch.setattr(model.graphs, "_KEEP_BYTES", buffers.nbytes)  # room for this set (8 sentences)
     graphed(mixed_sources(3), 4, 1, max_new_tokens=15)  # another bucket (4 sentences): both do not fit
     assert [b.sentences for b in graphed._free] == [4]  # the least recently used went
+    graphed.release()  # what a worker does after running out of memory
+    assert not graphed._free

@@ -102,7 +102,9 @@ def decoder_step(model: Transformer, buf: SearchBuffers, need_weights: bool) -> 
 
         x, weights = layer(x, self_attention, cross_attention)
         all_weights.append(weights)
-    t.add_(1)
+    # a row of a sentence never passes its cap (< Tb); rows of empty slots (model/running.py) run
+    # on unread and must stay within the buffers
+    t.add_(1).clamp_(max=Tb - 1)
     logits = model.output_proj(model.decoder_norm(x[:, 0]))  # (Nb, V)
     return logits, (torch.stack(all_weights) if need_weights else None)
 
@@ -127,7 +129,8 @@ class SearchBuffers:
         self.cross_kv = zeros(L, 2, Bb, H, Sb, Dh, dtype=dtype)
         self.src_bias = zeros(Bb, 1, 1, Sb, dtype=dtype)  # 0 or -inf (padding)
         # the search's (model/search.py's names)
-        self.step = zeros(1)
+        self.step = zeros(1)  # steps run; the history keeps the last Tb, step s at s % Tb
+        self.t = zeros(Bb)  # each sentence's own steps (its length so far)
         self.length_penalty = zeros(1, dtype=torch.float32)
         self.max_len = zeros(Bb)
         self.live = zeros(Bb, dtype=torch.bool)  # the search's sentences: the front of the bucket
@@ -168,6 +171,7 @@ class SearchBuffers:
         self.tokens.fill_(model.config.decoder_start_id)
         self.position.zero_()
         self.step.zero_()
+        self.t.zero_()
         self.length_penalty.fill_(length_penalty)
         self.max_len.fill_(int(max_len.max()))
         self.max_len[:B] = max_len
@@ -197,8 +201,9 @@ class SearchBuffers:
 
     def record(self, model: Transformer, need_weights: bool, banned: tuple[int, ...], eos_id: int):
         """PyTorch's recipe: warm up on a side stream, then capture (which runs nothing)."""
-        self.step.zero_()  # the warm-up writes at the step's and positions' indices: keep them in range
+        self.step.zero_()  # the warm-up advances these; each search starts them anew
         self.position.zero_()
+        self.t.zero_()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -228,7 +233,8 @@ class SearchBuffers:
         if sentences is None:
             return
         kept = torch.cat([sentences, torch.arange(sentences.numel(), Bb, device=rows.device)])  # (Bb,)
-        for state in (self.cross_kv, self.src_bias, self.max_len, self.run_scores, self.pool_scores, self.pool_ref):
+        for state in (self.cross_kv, self.src_bias, self.max_len, self.t, self.run_scores, self.pool_scores,
+                      self.pool_ref):
             dim = 2 if state is self.cross_kv else 0
             state.copy_(state.index_select(dim, kept))
         self.tokens.view(Bb, k).copy_(self.tokens.view(Bb, k).index_select(0, kept))
@@ -241,20 +247,22 @@ def search_step(model: Transformer, buf: SearchBuffers, need_weights: bool, bann
     (search.select_on_device), this step's candidates into the history, and the flags the host
     reads. No host sync, no Python value that changes between steps."""
     (Bb, k), s = buf.run_scores.shape, buf.step
+    at = s.remainder(buf.bucket.capacity)  # (1,) where this step goes in the history
     logits, attn = decoder_step(model, buf, need_weights)  # (Nb, V), (L, Nb, H, Sb)
-    chosen = select_on_device(logits, buf.run_scores, buf.pool_scores, buf.pool_ref, buf.max_len, s, banned,
-                              eos_id, buf.length_penalty)
+    chosen = select_on_device(logits, buf.run_scores, buf.pool_scores, buf.pool_ref, buf.max_len, buf.t, banned,
+                              eos_id, buf.length_penalty, history_step=at)
     for history, now in ((buf.cand_scores, chosen.cand_scores), (buf.cand_row, chosen.cand_row),
                          (buf.cand_tok, chosen.cand_tok), (buf.keep, chosen.keep)):
-        history.index_copy_(0, s, now[None])
+        history.index_copy_(0, at, now[None])
     if need_weights:
-        buf.attention.index_copy_(0, s, attn.transpose(0, 1).reshape(1, Bb, k, *attn.shape[:1], *attn.shape[2:]))
+        buf.attention.index_copy_(0, at, attn.transpose(0, 1).reshape(1, Bb, k, *attn.shape[:1], *attn.shape[2:]))
     for state, now in ((buf.run_scores, chosen.run_scores), (buf.pool_scores, chosen.pool_scores),
                        (buf.pool_ref, chosen.pool_ref), (buf.tokens, chosen.tokens), (buf.parents, chosen.parents),
                        (buf.done, chosen.done)):
         state.copy_(now)
     itself = (chosen.parents == torch.arange(k, device=s.device)) | ~buf.live[:, None]  # (Bb, k)
     buf.flags.copy_(torch.stack([(chosen.done & buf.live).any(), itself.all()]))
+    buf.t.add_(1)
     s.add_(1)
 
 

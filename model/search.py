@@ -176,25 +176,29 @@ def select(logits: Tensor, run_scores: Tensor, pool_scores: Tensor, pool_ref: Te
 
 
 def select_on_device(logits: Tensor, run_scores: Tensor, pool_scores: Tensor, pool_ref: Tensor, max_len: Tensor,
-                     t: int | Tensor, banned: tuple[int, ...], eos_id: int, length_penalty: float | Tensor) -> Selection:
+                     t: int | Tensor, banned: tuple[int, ...], eos_id: int, length_penalty: float | Tensor,
+                     history_step: int | Tensor | None = None) -> Selection:
     """For logits (B * k, V) of step t: the 2k best candidates of each sentence; those that end
     (EOS, or the sentence's cap max_len (B,)) within the top k go to the pool of finished
     hypotheses (score log_prob / (t + 1)^length_penalty) unless it is full; the best k that do
     not end continue. A sentence is done when its pool is full or its cap reached. No host sync:
-    t and length_penalty may be tensors ((1,) each), so that a CUDA graph can replay the step
-    (model/graphs.py)."""
+    t may be a tensor, (1,) or one step count per sentence (B,), and so may length_penalty (1,),
+    so that a CUDA graph can replay the step (model/graphs.py). A pool entry refers to its
+    candidate as history_step * 2k + candidate (default: t)."""
     B, k = run_scores.shape
     cand_scores, cand_row, cand_tok = top_candidates(logits, run_scores, 2 * k, banned)  # (B, 2k)
-    at_cap = (t + 1 >= max_len)[:, None]  # (B, 1)
+    lengths = t + 1 if isinstance(t, int) else (t + 1).view(-1, 1)  # (1, 1) or (B, 1) as a tensor
+    at_cap = (lengths >= max_len[:, None])  # (B, 1)
     ends = (cand_tok == eos_id) | at_cap  # (B, 2k)
 
     # set aside candidates that end within the top k, unless the sentence is already full
     cand_ids = torch.arange(2 * k, device=logits.device)  # (2k,)
     pool_full = torch.isfinite(pool_scores).all(-1, keepdim=True)  # (B, 1)
     aside = ends & (cand_ids < k) & ~pool_full
-    aside_scores = torch.where(aside, cand_scores / (t + 1) ** length_penalty, float("-inf"))
+    aside_scores = torch.where(aside, cand_scores / lengths ** length_penalty, float("-inf"))
     pool_scores, merged = torch.cat([pool_scores, aside_scores], 1).topk(k, dim=1)  # (B, k) of 3k
-    pool_ref = torch.cat([pool_ref, (cand_ids + t * 2 * k).expand(B, -1)], 1).gather(1, merged)
+    step = t if history_step is None else history_step
+    pool_ref = torch.cat([pool_ref, (cand_ids + step * 2 * k).expand(B, -1)], 1).gather(1, merged)
 
     # the best k candidates that do not end continue
     run_scores, keep = cand_scores.masked_fill(ends, -1e9).topk(k, dim=1)  # (B, k) of 2k

@@ -1,0 +1,164 @@
+"""A running batch that sentences join and leave at step boundaries (iteration-level scheduling).
+
+A batch decoded as a whole makes every sentence wait for the longest one in it, and a sentence
+that arrives meanwhile wait for the whole batch. Here each slot of a bucket (model/graphs.py's
+buffers: one sentence and its k beams) is filled and emptied on its own: after each step the
+sentences that are done leave with their hypotheses, and newly encoded sentences take the free
+slots, their keys/values written into the slot, their rows starting at position 0. The step is
+the graphed search's (`graphs.search_step`: one CUDA graph replay on a GPU, the same step run
+eagerly on a CPU); each sentence counts its own steps (length penalty, cap), and the history of
+candidates is a ring of `capacity` steps, which no sentence outlives.
+
+    batch = RunningBatch(GraphedBeamSearch(model), slots=32, beam_size=4, source_len=64, capacity=128)
+    batch.admit([("a", ids_a, 40), ("b", ids_b, 25)])      # (key, EOS-terminated source ids, cap)
+    while batch.running:
+        for key, hypotheses in batch.step():                # the sentences that finished this step
+            ...
+        batch.admit(arrived_meanwhile[: batch.free])
+
+Each sentence's hypotheses are those `beam_search` gives it alone (tests/test_running.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+import torch
+
+from model.graphs import Bucket, GraphedBeamSearch, round_up_length, round_up_sentences
+from model.search import Hypothesis
+
+
+class RunningBatch:
+    def __init__(self, search: GraphedBeamSearch, slots: int, beam_size: int, source_len: int, capacity: int,
+                 length_penalty: float = 1.0, attention: bool = False):
+        """Room for `slots` sentences of up to `source_len` source tokens and `capacity` new tokens."""
+        c = search.config
+        if capacity > c.max_positions:
+            raise ValueError(f"{capacity} target positions asked; the model accepts at most {c.max_positions}")
+        self.search, self.k, self.attention = search, beam_size, attention
+        self.bucket = Bucket(round_up_sentences(slots), beam_size, round_up_length(source_len),
+                             min(round_up_length(capacity), c.max_positions))
+        self.buf = search._take(self.bucket)
+        self.banned = (c.pad_id,)  # the decoder never emits PAD
+        self.buf.prepare(search.model, [(attention, self.banned)], c.eos_id, search.capture)
+        b = self.buf
+        b.live.zero_()
+        b.step.zero_()
+        b.position.zero_()
+        b.t.zero_()
+        b.length_penalty.fill_(length_penalty)
+        b.run_scores.zero_()
+        b.pool_scores.fill_(float("-inf"))
+        self.steps = 0  # steps run
+        # per slot, on the host: its sentence's key, the step it joined at, its source length
+        self.key: list[Hashable | None] = [None] * self.bucket.sentences
+        self.joined = [0] * self.bucket.sentences
+        self.source_len = [0] * self.bucket.sentences
+
+    @property
+    def free(self) -> int:
+        return self.key.count(None)
+
+    @property
+    def running(self) -> int:
+        return len(self.key) - self.free
+
+    @torch.inference_mode()
+    def admit(self, items: list[tuple[Hashable, list[int], int]]) -> None:
+        """Sentences (key, EOS-terminated source ids, most new tokens) into free slots, encoded now."""
+        if len(items) > self.free:
+            raise ValueError(f"{len(items)} sentences for {self.free} free slots")
+        if not items:
+            return
+        c, b, k, model = self.search.config, self.buf, self.k, self.search.model
+        S = max(len(ids) for _, ids, _ in items)
+        if self.bucket.source_len < S or max(cap for *_, cap in items) > self.bucket.capacity:
+            raise ValueError(f"a sentence longer than this batch takes ({self.bucket.source_len} source tokens, "
+                             f"{self.bucket.capacity} new ones)")
+        device = b.tokens.device
+        src = torch.full((len(items), S), c.pad_id, dtype=torch.long)
+        for i, (_, ids, _) in enumerate(items):
+            src[i, : len(ids)] = torch.tensor(ids)
+        memory, src_mask = model.encode(src.to(device))  # (n, S, D), (n, 1, 1, S)
+        slots = [j for j, key in enumerate(self.key) if key is None][: len(items)]
+        at = torch.tensor(slots, device=device)  # (n,)
+        for i, layer in enumerate(model.decoder_layers):
+            keys, values = layer.cross_attn.memory_kv(memory)  # 2 x (n, H, S, Dh)
+            b.cross_kv[i, 0, at, :, :S] = keys
+            b.cross_kv[i, 1, at, :, :S] = values
+        bias = torch.zeros(len(items), 1, 1, self.bucket.source_len, dtype=b.src_bias.dtype, device=device)
+        bias[..., :S].masked_fill_(~src_mask, float("-inf"))
+        bias[..., S:] = float("-inf")
+        b.src_bias[at] = bias
+        rows = (at[:, None] * k + torch.arange(k, device=device)).view(-1)  # (n * k,)
+        b.position[rows] = 0
+        b.tokens[rows] = c.decoder_start_id
+        start = torch.full((k,), -1e9, device=device)
+        start[0] = 0.0  # all beams start equal: expand only the first
+        b.run_scores[at] = start
+        b.pool_scores[at] = float("-inf")
+        b.pool_ref[at] = 0
+        b.max_len[at] = torch.tensor([cap for *_, cap in items], device=device)
+        b.t[at] = 0
+        b.live[at] = True
+        for j, (key, ids, _) in zip(slots, items):
+            self.key[j], self.joined[j], self.source_len[j] = key, self.steps, len(ids)
+
+    @torch.inference_mode()
+    def step(self) -> list[tuple[Hashable, list[Hypothesis]]]:
+        """One step of every running sentence; returns those that finished, with their hypotheses
+        (best first, all beam_size of them), and frees their slots."""
+        if not self.running:
+            return []
+        b, k = self.buf, self.k
+        b.run(self.search.model, self.attention, self.banned, self.search.config.eos_id)
+        self.steps += 1
+        any_done, in_place = b.flags.tolist()  # the step's one host sync
+        finished = []
+        if any_done:
+            done = (b.done & b.live).nonzero()[:, 0].tolist()
+            for j in done:
+                finished.append((self.key[j], self.read_back(j)))
+                self.key[j] = None
+            b.live[done] = False
+        if not in_place:
+            slot_rows = torch.arange(self.bucket.sentences, device=b.tokens.device)[:, None] * k
+            own = torch.arange(k, device=b.tokens.device)
+            parents = torch.where(b.live[:, None], b.parents, own)  # (Bb, k); a free slot keeps its rows
+            longest = max((self.steps - self.joined[j] for j, key in enumerate(self.key) if key is not None), default=0)
+            b.reorder((slot_rows + parents).view(-1), longest)
+        return finished
+
+    def read_back(self, j: int) -> list[Hypothesis]:
+        """The pool of slot j's sentence, done at this step, as hypotheses: each followed back
+        through the ring of candidates to the step the sentence joined at."""
+        b, Tb, n_cand, eos_id = self.buf, self.bucket.capacity, 2 * self.k, self.search.config.eos_id
+        first, last = self.joined[j], self.steps - 1  # its steps, as counted by this batch
+        ring = torch.tensor([s % Tb for s in range(first, last + 1)], device=b.step.device)
+        scores, row, token, keep = (h.index_select(0, ring)[:, j].tolist()
+                                    for h in (b.cand_scores, b.cand_row, b.cand_tok, b.keep))
+        hypotheses = []
+        for score, ref in zip(b.pool_scores[j].tolist(), b.pool_ref[j].tolist()):
+            if score == float("-inf"):
+                break  # fewer hypotheses than beams (tiny vocabularies)
+            at, cand = divmod(ref, n_cand)
+            s = last - first - (last - at) % Tb  # the ring slot `at` holds this sentence's step s
+            log_prob, ids, beams = scores[s][cand], [], []
+            for step in range(s, -1, -1):
+                ids.append(token[step][cand])
+                beams.append((step, row[step][cand]))
+                if step > 0:
+                    cand = keep[step - 1][row[step][cand]]
+            ids.reverse()
+            ended = ids[-1] == eos_id
+            attention = None
+            if b.attention is not None and self.attention:  # (L, H, T, source_len)
+                attention = torch.stack([b.attention[(first + step) % Tb, j, beam, :, :, : self.source_len[j]]
+                                         for step, beam in reversed(beams)], dim=2)
+            hypotheses.append(Hypothesis(ids[:-1] if ended else ids, score, log_prob, ended, attention))
+        return hypotheses
+
+    def close(self) -> None:
+        """Give the buffers back to the search (for the next batch of this shape)."""
+        self.search._give_back(self.buf)

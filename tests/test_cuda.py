@@ -83,3 +83,25 @@ def test_cuda_graphs_decode_what_the_eager_step_decodes(tiny_sentinel_checkpoint
         assert same == total
     else:
         assert same >= 0.99 * total, f"{same} of {total} sentences decode the same"
+
+
+def test_a_running_batch_on_the_gpu_decodes_each_sentence_as_it_decodes_alone(tiny_sentinel_checkpoint):
+    """model/running.py with its step captured: sentences join a running batch mid-way and leave
+    when done, each with the hypotheses beam_search gives it alone (float32)."""
+    from model.graphs import GraphedBeamSearch
+    from model.running import RunningBatch
+    from model.search import beam_search
+
+    translator = Translator.load(tiny_sentinel_checkpoint, device="cuda", dtype="float32", cuda_graphs=False)
+    ids = [translator.encode(s) for s in many_sentences()[:24]]
+    batch = RunningBatch(GraphedBeamSearch(translator.model), slots=8, beam_size=4, source_len=32, capacity=64)
+    assert batch.buf.graphs and not batch.buf.eager
+    waiting, results = [(i, x, 20) for i, x in enumerate(ids)], {}
+    while waiting or batch.running:
+        n = min(batch.free, len(waiting), 3)
+        batch.admit(waiting[:n])
+        waiting = waiting[n:]
+        results.update(batch.step())
+    for i, x in enumerate(ids):
+        [expected] = beam_search(translator.model, torch.tensor([x], device="cuda"), 4, 4, max_new_tokens=20)
+        assert [h.token_ids for h in results[i]] == [h.token_ids for h in expected]

@@ -12,9 +12,10 @@ That needs a step whose every shape and buffer address is the same each time:
   positions after a row's own masked out;
 - encoder-decoder keys/values are computed once per sentence, and a sentence's beams attend to
   its one copy as queries of one batch entry (as `Transformer.decode_step` does);
-- the search's state (beam scores, the pool of finished hypotheses, the step) lives in the same
-  buffers, and each step writes its candidates into a history the hypotheses are read back from
-  when the search is over (model/search.py's `read_back`);
+- the search's state (beam scores, the pool of finished hypotheses, each sentence's own step
+  count) lives in the same buffers, and each step writes its candidates into a history (a ring of
+  `capacity` steps) the hypotheses are read back from when the search is over (model/search.py's
+  `read_back`; model/running.py reads back each sentence as it leaves a running batch);
 - the batch is padded up to its bucket (a power of two of sentences; source length and capacity
   rounded up to a few sizes) and never shrinks: when sentences finish, the rows kept move to the
   front by an in-place gather and the rest of the bucket runs on, unread; beams reorder by the

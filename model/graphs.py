@@ -134,7 +134,7 @@ class SearchBuffers:
         self.t = zeros(Bb)  # each sentence's own steps (its length so far)
         self.length_penalty = zeros(1, dtype=torch.float32)
         self.max_len = zeros(Bb)
-        self.live = zeros(Bb, dtype=torch.bool)  # the search's sentences: the front of the bucket
+        self.live = zeros(Bb, dtype=torch.bool)  # slots holding a sentence of the search
         self.run_scores = zeros(Bb, k, dtype=torch.float32)
         self.pool_scores = zeros(Bb, k, dtype=torch.float32)
         self.pool_ref = zeros(Bb, k)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -57,6 +57,21 @@ def auto_dtype(device: str | torch.device) -> str:
     if kernels.int8_path() in ("avx512_vnni", "avx2"):
         return "int8"
     return "bfloat16" if torch.cpu._is_avx512_bf16_supported() else "float32"
+
+
+@dataclass
+class Plan:
+    """One source on its way through `Translator.translate`: what the model reads, and what
+    `finish` needs to turn the hypotheses into its result (`prepare` makes it)."""
+
+    source: str | list[int]  # as given
+    ids: list[int]  # what the model reads
+    masked: protect.Masked | None = None  # a text's protected spans and terms (None: ids were given)
+    stripped: protect.Stripped | None = None  # spans taken out, for a model without sentinel pieces
+    mark: accelerators.Marked | None = None  # the accelerator mark taken out
+    shouting: bool = False  # written in capitals: read in sentence case, written back in capitals
+    terms: Terminology | None = None  # its glossary and do-not-translate terms
+    annotated: bool = False  # its glossary terms inline (a model trained to read annotations)
 
 
 class Translator:
@@ -187,93 +202,108 @@ class Translator:
         options = replace(options or DecodingOptions(), **option_fields)  # validated there
         if options.length_penalty is None:
             options = replace(options, length_penalty=self.length_penalty)
-        beam_size, n_best = options.beam_size, options.n_best
-        if term_method not in ("auto", "annotate", "spans"):
-            raise ValueError(f"term_method must be auto, annotate or spans, got {term_method!r}")
-        each_terms = terms if isinstance(terms, list) else [terms] * len(sources)
-        if len(each_terms) != len(sources):
-            raise ValueError(f"{len(each_terms)} terminologies for {len(sources)} sources")
-        annotate = [bool(t and t.glossary) and self.reads_annotations and term_method != "spans" for t in each_terms]
-        masked = [self.mask(s, t, a) if isinstance(s, str) else None for s, t, a in zip(sources, each_terms, annotate)]
-        # a model without sentinel pieces reads text without its spans; they go back by the attention
-        stripped: list[protect.Stripped | None] = [None] * len(sources)
-        if not self.tokenizer.has_sentinels:
-            for i, m in enumerate(masked):
-                # not foreign words: spelt as they are
-                found = protect.take_out(m.text, terms=each_terms[i]) if m else None
-                if found and found.spans:
-                    stripped[i], masked[i] = found, protect.Masked(found.text)
-        ids = [self.tokenizer.encode_source(m.text) if m else list(s) for m, s in zip(masked, sources)]
-        for i, x in enumerate(ids):
-            if not 1 <= len(x) <= self.max_source_tokens:
-                raise ValueError(f"source {i} has {len(x)} tokens; allowed: 1 to {self.max_source_tokens}")
         if parallel < 1:
             raise ValueError(f"parallel must be at least 1, got {parallel}")
-        # what the model reads: the source without its accelerator mark (model/accelerators.py), and
-        # in sentence case when it is written in capitals (model/casing.py)
-        marks: list[accelerators.Marked | None] = [None] * len(ids)
-        shouting = [False] * len(ids)
-        for i, x in enumerate(ids):
-            text = masked[i].text if masked[i] else self.tokenizer.decode_source(x)
-            marks[i] = accelerators.find(text) if stripped[i] is None else None
-            read = marks[i].text if marks[i] else text
-            shouting[i] = casing.is_shouting(read)
-            if shouting[i]:
-                read = casing.sentence_case(read, self.metadata.get("source_lang"),
-                                            pieces=lambda word: len(self.tokenizer.source_sp.encode(word)))
-            if read != text:
-                read_ids = self.tokenizer.encode_source(read)
-                if len(read_ids) <= self.max_source_tokens:
-                    ids[i] = read_ids
-                else:
-                    marks[i], shouting[i] = None, False
-        batches = self.batches(ids, batch_tokens // beam_size)
-        while len(batches) < min(parallel, len(ids)):
+        plans = self.prepare(sources, terms, term_method)
+        batches = self.batches([p.ids for p in plans], batch_tokens // options.beam_size)
+        while len(batches) < min(parallel, len(plans)):
             largest = max(batches, key=len)
             batches.remove(largest)
             batches += [largest[: len(largest) // 2], largest[len(largest) // 2:]]
 
         # with annotated terms, every finished beam comes back: the best one that writes the terms
         # is chosen before a text is translated again (the beams cost the same; only n_best are read)
-        choose_terms = any(annotate) and term_method == "auto"
-        decode = replace(options, n_best=beam_size) if choose_terms else options
+        choose_terms = any(p.annotated for p in plans) and term_method == "auto"
+        decode = replace(options, n_best=options.beam_size) if choose_terms else options
 
         def run(batch: list[int]):
-            # a repair places a missing span, and an accelerator mark is placed, by the attention,
-            # so it is computed where spans or marks are
-            attention = options.attention or any(self.has_sentinel(ids[i]) or marks[i] or stripped[i] for i in batch)
-            return self.translate_ids([ids[i] for i in batch], replace(decode, attention=attention))
+            attention = options.attention or any(self.needs_attention(plans[i]) for i in batch)
+            return self.translate_ids([plans[i].ids for i in batch], replace(decode, attention=attention))
 
         if parallel > 1:
             with ThreadPoolExecutor(parallel) as pool:
                 outputs = list(pool.map(run, batches))
         else:
             outputs = map(run, batches)
-        results: list[TranslationResult | None] = [None] * len(ids)
+        results: list[TranslationResult | None] = [None] * len(plans)
         for batch, hyps in zip(batches, outputs):
             for i, h in zip(batch, hyps):
-                how = (options.attention, masked[i], shouting[i], marks[i], stripped[i])
-                results[i] = self.to_result(ids[i], h[:n_best], *how)
-                # the other beams, where the best lacks a term or alternatives are asked for
-                if choose_terms and (n_best > 1 or lacks_terms(masked[i], results[i].hypotheses[0].text)):
-                    results[i] = self.to_result(ids[i], h, *how)
-                    results[i].hypotheses = terms_first(results[i].hypotheses, partial(lacks_terms, masked[i]))[:n_best]
-                own = each_terms[i]
-                if own and masked[i] is not None:  # the repair (or the placement) puts every sentinel term in
-                    found = {m.entry for m in own.find(clean_text(sources[i]))}
-                    used = (set(stripped[i].terms.values()) if stripped[i]
-                            else masked[i].terms_used(results[i].hypotheses[0].text))
-                    results[i].terms = report(own, found, used)
+                results[i] = self.finish(plans[i], h, options, choose_terms)
         if choose_terms:
             # an annotated term no beam wrote: that text again, its terms as sentinels
-            again = [i for i, m in enumerate(masked) if m and lacks_terms(m, results[i].hypotheses[0].text)]
+            again = [i for i, p in enumerate(plans) if p.masked and lacks_terms(p.masked, results[i].hypotheses[0].text)]
             if again:
-                wider = replace(options, beam_size=retry_beam_size(beam_size, n_best))
+                wider = replace(options, beam_size=retry_beam_size(options.beam_size, options.n_best))
                 redone = self.translate([sources[i] for i in again], wider, batch_tokens=batch_tokens, parallel=parallel,
-                                        terms=[each_terms[i] for i in again], term_method="spans")
+                                        terms=[plans[i].terms for i in again], term_method="spans")
                 for i, again_result in zip(again, redone):
                     results[i] = again_result
         return results  # type: ignore[return-value]
+
+    def prepare(self, sources: list[str] | list[list[int]], terms: Terminology | list[Terminology | None] | None = None,
+                term_method: str = "auto") -> list[Plan]:
+        """The first half of translating: each source as the model reads it, and what `finish`
+        needs to make its result. A text: control characters removed, protected spans masked (or
+        taken out, for a model without sentinel pieces), glossary terms as spans or inline; then,
+        for a text or ids, without its accelerator mark (model/accelerators.py) and in sentence
+        case when written in capitals (model/casing.py)."""
+        if term_method not in ("auto", "annotate", "spans"):
+            raise ValueError(f"term_method must be auto, annotate or spans, got {term_method!r}")
+        each_terms = terms if isinstance(terms, list) else [terms] * len(sources)
+        if len(each_terms) != len(sources):
+            raise ValueError(f"{len(each_terms)} terminologies for {len(sources)} sources")
+        plans = []
+        for i, (source, own) in enumerate(zip(sources, each_terms)):
+            annotated = bool(own and own.glossary) and self.reads_annotations and term_method != "spans"
+            masked = self.mask(source, own, annotated) if isinstance(source, str) else None
+            stripped = None
+            if masked and not self.tokenizer.has_sentinels:
+                # a model without sentinel pieces reads text without its spans; they go back by the
+                # attention (not foreign words: spelt as they are)
+                found = protect.take_out(masked.text, terms=own)
+                if found.spans:
+                    stripped, masked = found, protect.Masked(found.text)
+            ids = self.tokenizer.encode_source(masked.text) if masked else list(source)
+            if not 1 <= len(ids) <= self.max_source_tokens:
+                raise ValueError(f"source {i} has {len(ids)} tokens; allowed: 1 to {self.max_source_tokens}")
+            plans.append(Plan(source, ids, masked, stripped, terms=own, annotated=annotated))
+        for plan in plans:
+            text = plan.masked.text if plan.masked else self.tokenizer.decode_source(plan.ids)
+            plan.mark = accelerators.find(text) if plan.stripped is None else None
+            read = plan.mark.text if plan.mark else text
+            plan.shouting = casing.is_shouting(read)
+            if plan.shouting:
+                read = casing.sentence_case(read, self.metadata.get("source_lang"),
+                                            pieces=lambda word: len(self.tokenizer.source_sp.encode(word)))
+            if read != text:
+                read_ids = self.tokenizer.encode_source(read)
+                if len(read_ids) <= self.max_source_tokens:
+                    plan.ids = read_ids
+                else:
+                    plan.mark, plan.shouting = None, False
+        return plans
+
+    def needs_attention(self, plan: Plan) -> bool:
+        """Whether the attention must be computed for this text: a repair places a missing span,
+        and an accelerator mark or a taken-out span is placed, by the attention."""
+        return self.has_sentinel(plan.ids) or bool(plan.mark) or bool(plan.stripped)
+
+    def finish(self, plan: Plan, hyps, options: DecodingOptions, choose_terms: bool = False) -> TranslationResult:
+        """The second half: a text's hypotheses (best first) as its result, options.n_best of them;
+        with `choose_terms`, the beams that write the annotated terms first; and which of the
+        text's terms were applied."""
+        how = (options.attention, plan.masked, plan.shouting, plan.mark, plan.stripped)
+        result = self.to_result(plan.ids, hyps[: options.n_best], *how)
+        # the other beams, where the best lacks a term or alternatives are asked for
+        if choose_terms and (options.n_best > 1 or lacks_terms(plan.masked, result.hypotheses[0].text)):
+            result = self.to_result(plan.ids, hyps, *how)
+            result.hypotheses = terms_first(result.hypotheses, partial(lacks_terms, plan.masked))[: options.n_best]
+        if plan.terms and plan.masked is not None:  # the repair (or the placement) puts every sentinel term in
+            found = {m.entry for m in plan.terms.find(clean_text(plan.source))}
+            used = (set(plan.stripped.terms.values()) if plan.stripped
+                    else plan.masked.terms_used(result.hypotheses[0].text))
+            result.terms = report(plan.terms, found, used)
+        return result
 
     @staticmethod
     def batches(ids: list[list[int]], max_tokens: int) -> list[list[int]]:

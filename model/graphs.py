@@ -129,6 +129,9 @@ class SearchBuffers:
         self.self_kv = zeros(L, 2, Nb, H, Tb, Dh, dtype=dtype)
         self.cross_kv = zeros(L, 2, Bb, H, Sb, Dh, dtype=dtype)
         self.src_bias = zeros(Bb, 1, 1, Sb, dtype=dtype)  # 0 or -inf (padding)
+        # made once for the reorders between steps: each row's own index, each sentence's first row
+        self.own_rows = torch.arange(Nb, device=device)  # (Nb,)
+        self.first_row = self.own_rows[::k, None]  # (Bb, 1)
         # the search's (model/search.py's names)
         self.step = zeros(1)  # steps run; the history keeps the last Tb, step s at s % Tb
         self.t = zeros(Bb)  # each sentence's own steps (its length so far)
@@ -228,7 +231,7 @@ class SearchBuffers:
         `sentences`, only those are kept (the rows list theirs alone, sentence-major) and move to
         the front of the bucket with their search state."""
         Nb, (Bb, k) = self.rows, self.run_scores.shape
-        padded = torch.cat([rows, torch.arange(rows.numel(), Nb, device=rows.device)])  # (Nb,)
+        padded = rows if rows.numel() == Nb else torch.cat([rows, self.own_rows[rows.numel():]])  # (Nb,)
         filled = self.self_kv[..., :length, :]  # (L, 2, Nb, H, length, Dh)
         filled.copy_(filled.index_select(2, padded))
         if sentences is None:
@@ -305,7 +308,7 @@ class GraphedBeamSearch:
         keys = [(return_attention, banned_late)] + ([(return_attention, banned_early)] if min_new_tokens else [])
 
         bucket = Bucket(round_up_sentences(B), k, round_up_length(S), min(round_up_length(T_cap), c.max_positions))
-        buf = self._take(bucket)
+        buf = self.take_buffers(bucket)
         try:
             buf.prepare(self.model, keys, c.eos_id, self.capture)
             buf.start(self.model, memory, src_mask, max_len, length_penalty)
@@ -326,11 +329,10 @@ class GraphedBeamSearch:
                     sent = sent[alive]
                     buf.reorder((alive[:, None] * k + buf.parents[alive]).view(-1), t + 1, sentences=alive)
                 elif not in_place:
-                    first_row = torch.arange(n, device=device)[:, None] * k
-                    buf.reorder((first_row + buf.parents[:n]).view(-1), t + 1)
+                    buf.reorder((buf.first_row[:n] + buf.parents[:n]).view(-1), t + 1)
             return read_back(self.history(buf, running), finished, n_best, 2 * k, c.eos_id, source_len, B)
         finally:
-            self._give_back(buf)
+            self.give_back(buf)
 
     @staticmethod
     def history(buf: SearchBuffers, running: list[Tensor]) -> list[StepRecord]:
@@ -351,7 +353,9 @@ class GraphedBeamSearch:
         with self._lock:
             self._free.clear()
 
-    def _take(self, bucket: Bucket) -> SearchBuffers:
+    def take_buffers(self, bucket: Bucket) -> SearchBuffers:
+        """A free buffer set of this bucket (with its graphs), or a new one; this caller's alone
+        until it gives it back."""
         with self._lock:
             free = self._free.get(bucket)
             if free:
@@ -359,7 +363,8 @@ class GraphedBeamSearch:
                 return free.pop()
         return SearchBuffers(self.config, bucket, self.dtype, self.device)
 
-    def _give_back(self, buffers: SearchBuffers) -> None:
+    def give_back(self, buffers: SearchBuffers) -> None:
+        """Buffers taken with take_buffers, free again (kept while they fit the byte budget)."""
         with self._lock:
             self._free.setdefault(buffers.bucket, []).append(buffers)
             self._free.move_to_end(buffers.bucket)

@@ -39,7 +39,7 @@ class RunningBatch:
         self.search, self.k, self.attention = search, beam_size, attention
         self.bucket = Bucket(round_up_sentences(slots), beam_size, round_up_length(source_len),
                              min(round_up_length(capacity), c.max_positions))
-        self.buf = search._take(self.bucket)
+        self.buf = search.take_buffers(self.bucket)
         self.banned = (c.pad_id,)  # the decoder never emits PAD
         self.buf.prepare(search.model, [(attention, self.banned)], c.eos_id, search.capture)
         b = self.buf
@@ -123,11 +123,9 @@ class RunningBatch:
                 self.key[j] = None
             b.live[done] = False
         if not in_place:
-            slot_rows = torch.arange(self.bucket.sentences, device=b.tokens.device)[:, None] * k
-            own = torch.arange(k, device=b.tokens.device)
-            parents = torch.where(b.live[:, None], b.parents, own)  # (Bb, k); a free slot keeps its rows
+            parents = torch.where(b.live[:, None], b.parents, b.own_rows[:k])  # (Bb, k); a free slot keeps its rows
             longest = max((self.steps - self.joined[j] for j, key in enumerate(self.key) if key is not None), default=0)
-            b.reorder((slot_rows + parents).view(-1), longest)
+            b.reorder((b.first_row + parents).view(-1), longest)
         return finished
 
     def read_back(self, j: int) -> list[Hypothesis]:
@@ -161,4 +159,4 @@ class RunningBatch:
 
     def close(self) -> None:
         """Give the buffers back to the search (for the next batch of this shape)."""
-        self.search._give_back(self.buf)
+        self.search.give_back(self.buf)

@@ -12,13 +12,13 @@ import json
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from app.language import CLEAR, LanguageDetector
 from app.language import language_name as detector_language_name
-from model import protect
 from model.config import SHORTLIST_FILE, CheckpointError, ModelConfig, length_penalty_of, read_header
-from model.terms import Terminology
+from model.pipeline import Reader
 from model.tokenizer import Tokenizer
 
 LANGUAGE_NAMES = {
@@ -77,24 +77,10 @@ class ServedModel:
         """Whether it reads glossary terms inline with their target terms (model/terms.py)."""
         return self.term_annotations and self.tokenizer.has_term_tags
 
-    def mask(self, text: str, terms: Terminology | None = None) -> protect.Masked:
-        """The text as the model reads it: its protected spans (and `terms`' glossary and
-        do-not-translate terms) as sentinels, when it has them (glossary terms inline when it
-        reads annotations, to be checked by Service.translate_sentences); without sentinels, its
-        placeholders, tags and URLs taken out, to go back where the attention points
-        (model/results.put_back). The service cleaned it already (Service.accept_texts); the
-        worker's Translator does the same."""
-        if self.protects_spans:
-            return protect.mask(text, foreign=self.tokenizer.cannot_spell, terms=terms,
-                                annotate_glossary=self.reads_annotations)
-        taken_out = protect.take_out(text, terms=terms)
-        if not taken_out.spans:
-            return protect.Masked(text)
-        return protect.Masked(taken_out.text, terms=taken_out.terms, taken_out=taken_out)
-
-    def encode(self, masked_text: str) -> list[int]:
-        """Source ids of a masked text, EOS included: exactly what the worker's Translator decodes."""
-        return self.tokenizer.encode_source(masked_text)
+    @cached_property
+    def reader(self) -> Reader:
+        """What the text pipeline (model/pipeline.py) needs to know of it."""
+        return Reader(self.tokenizer, self.source, self.reads_annotations, self.max_source_tokens)
 
     def config_summary(self) -> dict:
         keys = ("d_model", "n_heads", "d_ff", "encoder_layers", "decoder_layers", "src_vocab_size",

@@ -9,8 +9,8 @@ budget. So one job's items may run in several batches, even on several workers a
 each result is put back at its item's index: a job resolves with its own results, in order.
 A batch that fails is retried request by request, so one bad input fails only its own request.
 
-The scheduler knows nothing of models or processes: it awaits `run_batch(key, sources)`, which
-must return one result per source. Tested alone with a fake run_batch.
+The scheduler knows nothing of models or processes: it awaits `run_batch(key, sources, weights)`,
+which must return one result per source. Tested alone with a fake run_batch.
 """
 
 from __future__ import annotations
@@ -49,8 +49,9 @@ class ShuttingDown(Exception):
 class Job:
     """One request's items; `future` resolves to their results in order, or to the batch's error."""
 
-    def __init__(self, key: BatchKey, sources: list[list[int]]):
+    def __init__(self, key: BatchKey, sources: list[list[int]], weights: list[bool] | None = None):
         self.key, self.sources = key, sources
+        self.weights = weights or [False] * len(sources)  # whose attention weights the text pipeline reads
         self.results: list[Any] = [None] * len(sources)
         self.remaining = len(sources)
         self.future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
@@ -89,7 +90,7 @@ class _Item:
 
 
 class Scheduler:
-    def __init__(self, run_batch: Callable[[BatchKey, list[list[int]]], Awaitable[list[Any]]], slots: int,
+    def __init__(self, run_batch: Callable[[BatchKey, list[list[int]], list[bool]], Awaitable[list[Any]]], slots: int,
                  batch_tokens: int, max_wait_s: float, max_queue_items: int = 1 << 30,
                  on_batch: Callable[[BatchKey, int, int], None] | None = None):
         self.run_batch, self.slots = run_batch, slots
@@ -104,12 +105,14 @@ class Scheduler:
         self._task: asyncio.Task | None = None
         self._running: set[asyncio.Task] = set()
 
-    def submit(self, key: BatchKey, sources: list[list[int]]) -> Job:
+    def submit(self, key: BatchKey, sources: list[list[int]], weights: list[bool] | None = None) -> Job:
+        """Queue a request's sources (token ids); `weights`: per source, whether its hypotheses
+        must come with their attention weights (model/pipeline.py: a repair or a placement)."""
         if self._closing:
             raise ShuttingDown("the server is shutting down")
         if self.queued + len(sources) > self.max_queue_items:
             raise QueueFull(f"{self.queued} items are waiting (limit {self.max_queue_items}); retry later")
-        job = Job(key, sources)
+        job = Job(key, sources, weights)
         queue = self.queues.setdefault(key, deque())
         for i, s in enumerate(sources):
             item = _Item(job, i, len(s) * key.options.beam_size)
@@ -242,7 +245,8 @@ class Scheduler:
 
     async def _compute(self, key: BatchKey, batch: list[_Item], isolate: bool) -> None:
         try:
-            results = await self.run_batch(key, [item.job.sources[item.index] for item in batch])
+            results = await self.run_batch(key, [item.job.sources[item.index] for item in batch],
+                                           [item.job.weights[item.index] for item in batch])
             if len(results) != len(batch):
                 raise RuntimeError(f"run_batch returned {len(results)} results for {len(batch)} sources")
         except Exception as e:

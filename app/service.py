@@ -1,10 +1,12 @@
 """What the routes share: the served models, the scheduler, the workers, the storage (alignments,
-files, rate-limit counts).
+files, rate-limit counts), and the way from texts to translations.
 
-A route validates its body, tokenizes with `encode` (which counts tokens against the model's
-limit; the LibreTranslate route, which goes sentence by sentence, uses its two halves `accept_texts`
-and `encode_text`), then `translate` enqueues one Job and waits for it, up to the request's
-deadline or the client's disconnect, whichever comes first; both drop the job's queued items.
+A route checks its request (`admit`, `accept_texts`, `resolve`, `terminology`), then hands its
+texts to the text pipeline's first half (model/pipeline.py: `prepare`, or for documents
+`split_documents` and `translate_documents`), `translate_plans` sends the plans' ids to the
+scheduler as one Job and finishes each text when its hypotheses come back (the pipeline's second
+half, here in the server: the worker only decodes). A job waits up to the request's deadline or
+the client's disconnect, whichever comes first; both drop its queued items.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from functools import partial
 
 from starlette.requests import Request
@@ -41,20 +43,39 @@ from app.settings import Settings
 from app.storage import MemoryStorage, StorageUnavailable, open_storage
 from app.suggestions import SuggestionStore
 from app.worker import WorkerError, WorkerPool
-from model import protect
+from model import pipeline
 from model.clean import clean_text, lone_surrogate
 from model.options import DecodingOptions
-from model.results import TranslationResult, put_back, terms_first
-from model.terms import TermError, Terminology, retry_beam_size
+from model.terms import TermError, Terminology, report
 
 log = logging.getLogger("uvicorn.error")  # uvicorn configures this one; it is its server log
 
 
 @dataclass
 class Outcome:
-    results: list[TranslationResult]
+    results: list  # per source: its TranslationResult, or its hypotheses (pipeline.Decoded) from `translate`
     queue_s: float
     compute_s: float
+
+
+@dataclass
+class Translated:
+    """Texts translated as documents by Service.translate_texts."""
+
+    versions: list[list[str]]  # per text: its best translation, then its alternatives
+    resolved: list[tuple[ServedModel, float | None]]  # per text: its model, and with source 'auto' the confidence
+    documents: list[markup.Document]  # per text: its sentences and spans (which terms they hold)
+    terms: dict[str, Terminology | None]  # per model id: the terms it translated with
+
+    def reports(self, texts: list[str]) -> list[dict[str, list[str]]] | None:
+        """Per text, which terms were applied, not applied, not found (model/terms.py); None
+        without terms. Matches every text again: client-sized, call it in a thread."""
+        if not any(self.terms.values()):
+            return None
+        # every masked term is in the output (protect.repair); the others could not be masked
+        return [report(self.terms[model.id], {t.entry for t in self.terms[model.id].find(text)},
+                       document.terms_used(versions[0]))
+                for text, document, versions, (model, _) in zip(texts, self.documents, self.versions, self.resolved)]
 
 
 async def _client_gone(request: Request) -> None:
@@ -365,116 +386,158 @@ class Service:
             await self.charge(request, sentences - len(texts))
         return documents
 
-    def encode_text(self, model: ServedModel, text: str, name: str) -> list[int]:
-        """Token ids of one masked text, or a 400 naming it (`name`) and the model's limit (never truncated)."""
-        ids = model.encode(text)
-        if len(ids) > model.max_source_tokens:
-            raise ApiError(400, f"{name} has {len(ids)} tokens (end of sentence included); model {model.id} "
-                           f"accepts at most {model.max_source_tokens}: split the text")
-        return ids
-
-    def encode_sentence(self, model: ServedModel, sentence: str, name: str, terms: Terminology | None = None,
-                        ) -> tuple[protect.Masked | None, list[int]]:
-        """A sentence of /translate, /translate_file or /v2/translate as ids: masked already when the
-        model has sentinels (app/markup.py); for a model without, its placeholders (and `terms`)
-        are taken out here (returned, to go back with model.results.put_back), None when it had none."""
-        if model.protects_spans:
-            return None, self.encode_text(model, sentence, name)
-        masked = model.mask(sentence, terms)
-        return (masked if masked.taken_out else None), self.encode_text(model, masked.text, name)
-
-    def encode(self, model: ServedModel, texts: list[str], field: str, terms: Terminology | None = None,
-               ) -> tuple[list[protect.Masked], list[list[int]]]:
-        """Each text (as accept_texts returned it) masked (its protected spans, and `terms`, as
-        sentinels) and its token ids, each translated as one sequence; a 400 when the model's token
-        limit refuses one."""
-        within_budget, masked = self.cpu_budget(f"masking {field}"), []
-        for text in texts:
-            masked.append(model.mask(text, terms))
+    def prepare(self, model: ServedModel, texts: list[str], field: str, terms: Terminology | None = None,
+                term_method: str = "auto", only: list[int] | None = None) -> list[pipeline.Plan]:
+        """Each text (as accept_texts returned it; with `only`, those texts) as the model reads it
+        (model/pipeline.py: its spans and `terms` masked, its accelerator mark out, capitals in
+        sentence case), each translated as one sequence; a 400 when the model's token limit
+        refuses one. Client-sized work: call it in a thread."""
+        within_budget, plans = self.cpu_budget(f"masking {field}"), []
+        for i in range(len(texts)) if only is None else only:
+            plans += self._refused_if_long(model, pipeline.prepare, model.reader, [texts[i]], terms, term_method,
+                                           names=lambda _, i=i: item_name(field, i, len(texts)))
             within_budget()
-        return masked, [self.encode_text(model, m.text, item_name(field, i, len(texts))) for i, m in enumerate(masked)]
+        return plans
+
+    async def translate_texts(self, request: Request, texts: list[str], html: bool, source: str, target: str,
+                              terms_of: Callable[[ServedModel], Awaitable[Terminology | None]], n_best: int,
+                              field: str, charge: bool = False) -> Translated:
+        """Texts (as accept_texts returned them) translated as documents (app/markup.py: sentences,
+        HTML kept), each by its own language's model (source 'auto': each text's detected
+        language; one job per model), with the terms `terms_of` gives each model: LibreTranslate's
+        /translate and DeepL's /v2/translate. With `charge`, sentences beyond one a text count
+        against the client's limit."""
+        if source == "auto":  # detection reads each text's words, without its markup (off the event loop)
+            depth = self.settings.max_html_depth
+            readable = await asyncio.to_thread(lambda: [markup.split_document(text, html, spans=False,
+                                                                              max_depth=depth).text for text in texts])
+        else:
+            readable = texts
+        resolved = await self.resolve_each(source, target, readable, field)
+        models = {m.id: m for m, _ in resolved}
+        terms = {model_id: await terms_of(model) for model_id, model in models.items()}
+        documents = await self.split_documents(request, texts, html, [m for m, _ in resolved], terms, field, charge)
+        by_model: dict[str, list[int]] = {}
+        for i, (model, _) in enumerate(resolved):
+            by_model.setdefault(model.id, []).append(i)
+        hypotheses: list[list[list[str]]] = [[] for _ in texts]
+        for model_id, indices in by_model.items():  # texts in several languages: a job per model
+            found = await self.translate_documents(request, models[model_id], [documents[i] for i in indices], n_best,
+                                                   [item_name(field, i, len(texts)) for i in indices], terms[model_id])
+            for i, per_sentence in zip(indices, found):
+                hypotheses[i] = per_sentence
+        versions = await asyncio.to_thread(lambda: [document.versions(per_sentence)
+                                                    for document, per_sentence in zip(documents, hypotheses)])
+        return Translated(versions, resolved, documents, terms)
+
+    @staticmethod
+    def _refused_if_long(model: ServedModel, prepare, *args, **kwargs):
+        """`prepare(*args)`, its SourceTooLong a 400 that names the model (never truncated)."""
+        try:
+            return prepare(*args, **kwargs)
+        except pipeline.SourceTooLong as e:
+            raise ApiError(400, f"{e.name} has {e.tokens} tokens (end of sentence included); model {model.id} "
+                           f"accepts at most {e.limit}: split the text") from None
 
     async def translate_documents(self, request: Request, model: ServedModel, documents: list[markup.Document],
                                   n_best: int, names: list[str], terms: Terminology | None = None,
+                                  max_sentences: int | None = None, deadline: float | None = None,
                                   ) -> list[list[list[str]]]:
         """The n_best hypotheses (texts, masked like the sentences) of each sentence of each document
-        (app/markup.py), all sentences in one job, for LibreTranslate's and DeepL's routes; `names`
-        are how errors name the documents."""
+        (app/markup.py), for LibreTranslate's and DeepL's routes and files: all sentences in one
+        job, or in jobs of `max_sentences` each finishing by `deadline` (time.monotonic(): a 504
+        past it, naming NMT_FILE_TIMEOUT_S); `names` are how errors name the documents."""
         positions = [(i, j) for i, document in enumerate(documents) for j in range(len(document.sentences))]
         if not positions:
             return [[] for _ in documents]
-        prepared = await asyncio.to_thread(lambda: [
-            self.encode_sentence(model, documents[i].sentences[j], f"a sentence of {names[i]}", terms)
-            for i, j in positions])
-        for (i, _), (taken_out, _) in zip(positions, prepared):  # a model without sentinels places its terms
-            documents[i].placed_terms.update(taken_out.terms.values() if taken_out else ())
-        # a model without sentinels puts the placeholders it was not shown back by the attention
-        options = DecodingOptions(beam_size=max(self.settings.default_beam_size, n_best), n_best=n_best,
-                                  length_penalty=model.length_penalty,
-                                  attention=any(taken_out for taken_out, _ in prepared))
-        key = BatchKey(model.id, options)
-        decoded = (await self.translate_sentences(request, key, model, [ids for _, ids in prepared],
-                                                  [(documents[i], j) for i, j in positions], "a sentence")).results
-        results = iter(await asyncio.to_thread(lambda: [
-            put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m else r for r, (m, _) in zip(decoded, prepared)]))
-        return [[[h.text for h in next(results).hypotheses] for _ in document.sentences] for document in documents]
 
-    async def translate_sentences(self, request: Request, key: BatchKey, model: ServedModel,
-                                  sources: list[list[int]], sentences: list[tuple[markup.Document, int]], name: str,
-                                  timeout_s: float | None = None) -> Outcome:
-        """Translate `sources`, the encoded sentences (document, index), as `translate` does. For a
-        model that reads annotations, a sentence with annotated terms takes the best of its beams
-        that writes them (every beam comes back; they cost the same), and a sentence no beam writes
-        them for goes again with its terms as sentinels, which the repair cannot lose, greedily
-        (model.terms.retry_beam_size); its document takes the new sentinels."""
-        annotated = [bool(document.annotations) for document, _ in sentences]
-        if not any(annotated):
-            return await self.translate(request, key, sources, timeout_s)
-        options = key.options
-        outcome = await self.translate(request, key.decoded(n_best=options.beam_size), sources, timeout_s)
-        results = outcome.results
-        again = []
-        for i, (document, j) in enumerate(sentences):
-            hypotheses = results[i].hypotheses
-            if annotated[i]:
-                hypotheses = terms_first(hypotheses, partial(document.missed_terms, j))
-                if document.missed_terms(j, hypotheses[0].text):
-                    again.append(i)
-            results[i] = replace(results[i], hypotheses=hypotheses[:options.n_best])
-        if again:
-            self.metrics.term_retries.labels(key.model).inc(len(again))
-            retry = [self.encode_text(model, sentences[i][0].annotations_as_sentinels(sentences[i][1]), name)
-                     for i in again]
-            retry_key = key.decoded(beam_size=retry_beam_size(options.beam_size, options.n_best))
-            second = await self.translate(request, retry_key, retry, timeout_s)
-            for i, result in zip(again, second.results):
-                results[i] = result
+        def prepare(i: int, j: int, text: str, first: bool) -> pipeline.Plan:
+            document = documents[i]
+            missed = partial(document.missed_terms, j) if first and document.annotations else None
+            return self._refused_if_long(model, pipeline.prepare_sentence, model.reader, text,
+                                         f"a sentence of {names[i]}", terms, missed)
+
+        plans = await asyncio.to_thread(lambda: [prepare(i, j, documents[i].sentences[j], True) for i, j in positions])
+        for (i, _), plan in zip(positions, plans):  # a model without sentinels places its terms
+            documents[i].placed_terms.update(plan.stripped.terms.values() if plan.stripped else ())
+        options = DecodingOptions(beam_size=max(self.settings.default_beam_size, n_best), n_best=n_best,
+                                  length_penalty=model.length_penalty)
+
+        def again(retried: list[int]) -> list[pipeline.Plan]:
+            # the annotated terms as sentinels: the document's spans and terms take the new ones
+            return [prepare(*positions[k], documents[positions[k][0]].annotations_as_sentinels(positions[k][1]),
+                            False) for k in retried]
+
+        results = []
+        step = max_sentences or len(plans)
+        for start in range(0, len(plans), step):
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise ApiError(504, f"translating {names[0]} did not finish within {self.settings.file_timeout_s:g} s "
+                               "(NMT_FILE_TIMEOUT_S)")
+            chunk = range(start, min(start + step, len(plans)))
+            outcome = await self.translate_plans(request, model, [plans[k] for k in chunk], options,
+                                                 lambda retried, chunk=chunk: again([chunk[k] for k in retried]),
+                                                 remaining)
+            results += outcome.results
+        found = iter(results)
+        return [[[h.text for h in next(found).hypotheses] for _ in document.sentences] for document in documents]
+
+    async def translate_plans(self, request: Request, model: ServedModel, plans: list[pipeline.Plan],
+                              options: DecodingOptions, again: Callable[[list[int]], list[pipeline.Plan]],
+                              timeout_s: float | None = None) -> Outcome:
+        """Decode prepared plans as one job and finish them (model/pipeline.py). A plan that chooses
+        among its beams by its annotated terms and whose best still lacks one goes again, as
+        `again(indices)` prepares it (its terms as sentinels, which the repair cannot lose), with
+        pipeline.retry_options."""
+        outcome = await self._decode_and_finish(request, model, plans, options, timeout_s)
+        retried = pipeline.missed_terms(plans, outcome.results)
+        if retried:
+            self.metrics.term_retries.labels(model.id).inc(len(retried))
+            second = await self._decode_and_finish(request, model, await asyncio.to_thread(again, retried),
+                                                   pipeline.retry_options(options), timeout_s)
+            for i, result in zip(retried, second.results):
+                outcome.results[i] = result
             outcome.compute_s += second.compute_s
         return outcome
 
-    async def translate(self, request: Request, key: BatchKey, sources: list[list[int]],
+    async def _decode_and_finish(self, request: Request, model: ServedModel, plans: list[pipeline.Plan],
+                                 options: DecodingOptions, timeout_s: float | None) -> Outcome:
+        key = BatchKey(model.id, pipeline.decoding(plans, options))
+        weights = [plan.needs_attention(model.reader) for plan in plans]
+        outcome = await self.translate(request, key, [plan.ids for plan in plans], weights, timeout_s)
+        results = await asyncio.to_thread(lambda: [pipeline.finish(model.reader, plan, hyps, options)
+                                                   for plan, hyps in zip(plans, outcome.results)])
+        m, hypotheses = self.metrics, [h for r in results for h in r.hypotheses]
+        m.span_repairs.labels(model.id, "inserted").inc(sum(len(h.spans_inserted) for h in hypotheses))
+        m.span_repairs.labels(model.id, "removed").inc(sum(len(h.spans_removed) for h in hypotheses))
+        m.repaired.labels(model.id).inc(sum(h.repaired for h in hypotheses))
+        return Outcome(results, outcome.queue_s, outcome.compute_s)
+
+    async def translate(self, request: Request, key: BatchKey, sources: list[list[int]], weights: list[bool],
                         timeout_s: float | None = None) -> Outcome:
-        """Translate `sources` as one job, within `timeout_s` (default NMT_REQUEST_TIMEOUT_S); what
+        """Decode `sources` as one job, within `timeout_s` (default NMT_REQUEST_TIMEOUT_S): each
+        source's hypotheses (pipeline.Decoded), with attention weights where `weights` says; what
         the translation cache (app/cache.py) has is not decoded again."""
-        cache_keys, results = [], [None] * len(sources)
+        cache_keys, decoded = [], [None] * len(sources)
         if self.cache is not None and not key.options.attention:
             # NMT_CACHE_SCOPE=key: an API key's translations are served from the cache to that key alone
             client = self.owner(request)
             partition = client if self.settings.cache_scope == "key" and client.startswith("key:") else ""
-            cache_keys = [self.cache.key(key, self.dtype, source, partition) for source in sources]
+            cache_keys = [self.cache.key(key, self.dtype, source, partition, w) for source, w in zip(sources, weights)]
             try:
-                results = await self.cache.get(cache_keys)
+                decoded = await self.cache.get(cache_keys)
             except StorageUnavailable as e:  # decode everything
                 log.warning("translation cache skipped: %s", e.detail)
                 self.metrics.storage_errors.labels("cache").inc()
-            hits = sum(r is not None for r in results)
+            hits = sum(d is not None for d in decoded)
             self.metrics.cache_lookups.labels("hit").inc(hits)
             self.metrics.cache_lookups.labels("miss").inc(len(sources) - hits)
-        missing = [i for i, r in enumerate(results) if r is None]
+        missing = [i for i, d in enumerate(decoded) if d is None]
         if not missing:
-            return Outcome(results, 0.0, 0.0)
+            return Outcome(decoded, 0.0, 0.0)
         try:
-            job = self.scheduler.submit(key, [sources[i] for i in missing])
+            job = self.scheduler.submit(key, [sources[i] for i in missing], [weights[i] for i in missing])
         except QueueFull as e:
             raise ApiError(429, f"too busy: {e}") from None
         except ShuttingDown as e:
@@ -495,27 +558,22 @@ class Service:
                            "(NMT_REQUEST_TIMEOUT_S, NMT_FILE_TIMEOUT_S for files); retry, or send fewer or shorter "
                            "texts")
         try:
-            decoded = job.future.result()
+            found = job.future.result()
         except (WorkerError, ShuttingDown) as e:
             raise ApiError(503, f"translation failed: {e}; retry") from None
         if cache_keys:
-            try:  # before the routes put spans back into these results (in place)
-                await self.cache.put([cache_keys[i] for i in missing], decoded)
+            try:
+                await self.cache.put([cache_keys[i] for i in missing], found)
             except StorageUnavailable as e:
                 log.warning("translation not cached: %s", e.detail)
                 self.metrics.storage_errors.labels("cache").inc()
-        for i, result in zip(missing, decoded):
-            results[i] = result
+        for i, hyps in zip(missing, found):
+            decoded[i] = hyps
         queue_s = job.started - job.arrived
         compute_s = job.finished - job.started
         m = self.metrics
         m.queue_wait.labels(key.model).observe(queue_s)
         m.compute.labels(key.model).observe(compute_s)
-        m.items.labels(key.model).inc(len(decoded))
-        m.generated_tokens.labels(key.model).inc(
-            sum(len(h.token_ids) + h.ended_with_eos for r in decoded for h in r.hypotheses))
-        hypotheses = [h for r in decoded for h in r.hypotheses]
-        m.span_repairs.labels(key.model, "inserted").inc(sum(len(h.spans_inserted) for h in hypotheses))
-        m.span_repairs.labels(key.model, "removed").inc(sum(len(h.spans_removed) for h in hypotheses))
-        m.repaired.labels(key.model).inc(sum(h.repaired for h in hypotheses))
-        return Outcome(results, queue_s, compute_s)
+        m.items.labels(key.model).inc(len(found))
+        m.generated_tokens.labels(key.model).inc(sum(len(h.token_ids) + h.ended_with_eos for hyps in found for h in hyps))
+        return Outcome(decoded, queue_s, compute_s)

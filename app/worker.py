@@ -148,12 +148,13 @@ class WorkerPool:
         if w.conn is not None:
             w.conn.close()
 
-    async def run(self, key: BatchKey, sources: list[list[int]]) -> list:
-        """Translate one batch on the next idle worker (waiting for one while all are busy)."""
+    async def run(self, key: BatchKey, sources: list[list[int]], weights: list[bool]) -> list:
+        """Decode one batch on the next idle worker (waiting for one while all are busy): each
+        source's hypotheses (model/pipeline.Decoded), with attention weights where `weights` says."""
         w = await self._idle.get()
         w.state = "busy"
         start = time.monotonic()
-        call = asyncio.get_running_loop().run_in_executor(self._io, w.roundtrip, (key, sources))
+        call = asyncio.get_running_loop().run_in_executor(self._io, w.roundtrip, (key, sources, weights))
         call.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved even if abandoned
         try:
             reply = await asyncio.wait_for(asyncio.shield(call), self.batch_timeout_s)

@@ -1,8 +1,9 @@
-"""The worker process: loads every model on its device, then translates batches from its pipe
+"""The worker process: loads every model on its device, then decodes batches from its pipe
 until told to stop (the server side: app/worker.py). Only this process imports torch.
 
-Results go back as model/results.py objects with attention as numpy arrays, so the server
-unpickles them without torch.
+A batch comes as token ids and decoding options (the server prepared the texts:
+model/pipeline.py); its hypotheses go back as model/pipeline.Decoded, attention as numpy arrays,
+so the server unpickles them without torch and finishes the texts itself.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from collections import OrderedDict
 import torch
 
 from app.pipe import FAULT_EXIT, FAULT_RAISE, FAULT_SLOW, FAULT_SLOW_S, receive_message, send_message
-from model.results import TranslationResult
 from model.translator import Translator
 
 
@@ -81,12 +81,12 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
             # nothing to flush or save; skipping interpreter teardown (~0.5 s with torch) makes
             # shutdown and restarts quicker
             os._exit(0)
-        key, sources = message
+        key, sources, weights = message
         try:
             translator = held.get(key.model)  # loaded now if it is not (the batch's time counts it)
             if fault_injection:
                 _inject_faults(translator, sources)
-            results = translator.translate(sources, key.options, batch_tokens=batch_tokens)
+            results = translator.decode_all(sources, key.options, weights, batch_tokens)
         except Exception as e:
             # A CUDA error other than OOM (a device-side assert) poisons the context for good:
             # only a new process recovers, so say so and exit.
@@ -99,13 +99,4 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
             if fatal:
                 os._exit(1)
         else:
-            send_message(conn, ("ok", plain(results), list(held.loaded)))
-
-
-def plain(results: list[TranslationResult]) -> list[TranslationResult]:
-    """Attention as float32 numpy arrays: what the server can read without torch."""
-    for r in results:
-        for h in r.hypotheses:
-            if h.attention is not None:
-                h.attention = h.attention.float().cpu().numpy()
-    return results
+            send_message(conn, ("ok", results, list(held.loaded)))

@@ -306,17 +306,17 @@ def main() -> None:
 
     from app.registry import load_model
 
-    tokenizer = load_model(args.model) if Path(args.model).is_dir() else None
+    served = load_model(args.model) if Path(args.model).is_dir() else None
     done = len(run["sent"])
     lat = sorted(x * 1000 for x in run["latencies"])
     load = f"open loop, {args.rate:g} requests/s Poisson" if args.rate else f"{args.clients} clients"
     servers = f"{len(urls)} servers x {len(workers) // len(urls)} worker(s)" if len(urls) > 1 else f"{len(workers)} worker(s)"
     rows = [{"what": f"service: {load} ({args.client}), {servers}, {model['dtype']}",
              "sentences_per_s": done / run["elapsed"],
-             "tokens_per_s": (sum(len(tokenizer.encode(sentences[i])) for i in run["sent"]) / run["elapsed"]
-                              if tokenizer else None),
+             "tokens_per_s": (sum(len(served.tokenizer.encode_source(sentences[i])) for i in run["sent"]) / run["elapsed"]
+                              if served else None),
              "p50_ms": percentile(lat, 50), "p95_ms": percentile(lat, 95), "p99_ms": percentile(lat, 99)}]
-    if not args.no_offline and tokenizer:
+    if not args.no_offline and served:
         # the very sentences the service translated, repeats included (a short --data list, or the
         # built-in one, is cycled through): the same work, in one call
         translated = [sentences[i] for i in run["sent"]] or sentences[:1]
@@ -338,10 +338,10 @@ def main() -> None:
     for r in rows:
         print(f"| {r['what']} | {fmt(r['sentences_per_s'])} | {fmt(r['tokens_per_s'], 0)} | {fmt(r['p50_ms'], 0)} "
               f"| {fmt(r['p95_ms'], 0)} | {fmt(r['p99_ms'], 0)} |")
-    if tokenizer and lat:
+    if served and lat:
         # where the tail is: latency by the request's source length
         print("\n| source tokens | requests | p50 ms | p99 ms |\n|---|---:|---:|---:|")
-        lengths = [len(tokenizer.encode(sentences[i])) for i in run["sent"]]
+        lengths = [len(served.tokenizer.encode_source(sentences[i])) for i in run["sent"]]
         for low, high in ((1, 8), (9, 16), (17, 32), (33, 64), (65, 10**6)):
             chosen = sorted(1000 * x for x, n in zip(run["latencies"], lengths) if low <= n <= high)
             if chosen:

@@ -45,18 +45,17 @@ def word_starts(pieces: list[str]) -> list[int]:
     return [i for i, p in enumerate(pieces) if i == 0 or p.startswith("▁")]
 
 
-def place(text: str, pieces: list[str], attention: np.ndarray | None, source_pieces: list[str],
+def place(text: str, pieces: list[str], weights: np.ndarray | None, source_pieces: list[str],
           marked: Marked) -> str:
     """The translation `text` (decoded from target `pieces`) with the mark before the first letter of
     the target word whose first piece attends most to the marked source word's first piece.
-    attention: (layers, heads, T', S) or None; without it, or when the pieces do not line up with
-    the text's words, the mark goes on the first word that has a letter."""
+    weights: (T', S), the cross-attention's mean over layers and heads, or None; without it, or
+    when the pieces do not line up with the text's words, the mark goes on the first word that has a letter."""
     words = text.split(" ")
     target = word_starts(pieces)
     source = word_starts(source_pieces)
     choice = None
-    if attention is not None and len(target) == len(words) and marked.word < len(source):
-        weights = np.asarray(attention, dtype=np.float32).mean(axis=(0, 1))  # (T', S)
+    if weights is not None and len(target) == len(words) and marked.word < len(source):
         column = source[marked.word]
         candidates = [k for k, t in enumerate(target) if t < weights.shape[0] and _letter(words[k]) is not None]
         if candidates:

@@ -305,24 +305,23 @@ class Repair:
     def changed(self) -> bool:
         return bool(self.inserted or self.removed)
 
-    def attention_of_pieces(self, attention: np.ndarray) -> np.ndarray:
-        """The model's attention (layers, heads, T', S) as rows of the repaired pieces
-        (layers, heads, len(pieces), S); a piece the repair inserted has a row of zeros."""
-        out = np.zeros((*attention.shape[:2], len(self.pieces), attention.shape[3]), dtype=attention.dtype)
+    def weights_of_pieces(self, weights: np.ndarray) -> np.ndarray:
+        """The model's attention weights (T', S) as rows of the repaired pieces (len(pieces), S);
+        a piece the repair inserted has a row of zeros."""
+        out = np.zeros((len(self.pieces), weights.shape[1]), dtype=weights.dtype)
         for i, t in enumerate(self.rows):
-            if t is not None and t < attention.shape[2]:
-                out[:, :, i] = attention[:, :, t]
+            if t is not None and t < weights.shape[0]:
+                out[i] = weights[t]
         return out
 
 
-def repair(source_pieces: list[str], target_pieces: list[str], attention: np.ndarray | None) -> Repair:
+def repair(source_pieces: list[str], target_pieces: list[str], weights: np.ndarray | None) -> Repair:
     """Make the target hold each sentinel of the source exactly once.
 
-    attention: (layers, heads, T', S) cross-attention of the hypothesis, float32 (T' >= len(target)
-    rows: row t is the step that emitted target piece t), or None (then a missing sentinel
-    goes at the end). source_pieces: the S source pieces, EOS included.
+    weights: (T', S) cross-attention of the hypothesis, its mean over layers and heads, float32
+    (T' >= len(target) rows: row t is the step that emitted target piece t), or None (then a
+    missing sentinel goes at the end). source_pieces: the S source pieces, EOS included.
     """
-    weights = None if attention is None else np.asarray(attention, dtype=np.float32).mean(axis=(0, 1))  # (T', S)
     source_pos: dict[int, int] = {}
     for s, p in enumerate(source_pieces):
         k = sentinel_index(p)

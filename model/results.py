@@ -56,17 +56,6 @@ def restore(result: TranslationResult, spans: list[str], source: str | None = No
     return result
 
 
-def put_back(result: TranslationResult, taken_out: protect.Stripped, decode) -> TranslationResult:
-    """For a model without sentinel pieces: the spans taken out of the source go back into each
-    hypothesis's text where its attention points (protect.place; in place). The hypotheses need
-    their attention (layers, heads, target rows, source pieces); decode: pieces -> text."""
-    starts = protect.piece_starts(result.source_tokens)
-    for h in result.hypotheses:
-        weights = h.attention.mean(axis=(0, 1))  # (target rows, source pieces)
-        h.text = protect.place(taken_out, starts, h.tokens, weights, decode)
-    return result
-
-
 def show_spans(pieces: list[str], spans: list[str]) -> list[str]:
     """Pieces as a reader should see them: a sentinel piece shows the span it stands for."""
     out = []

@@ -11,24 +11,23 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
-from functools import partial
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from model import accelerators, casing, kernels, protect
+from model import kernels, pipeline
 from model.checkpoint import load_checkpoint
-from model.clean import clean_text, lone_surrogate
 from model.config import length_penalty_of
 from model.cpu.fused import FusedInt8Decoder, can_fuse, fuse
 from model.cpu.weights import Int8Linear, can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
 from model.graphs import GraphedBeamSearch
 from model.options import DecodingOptions
-from model.results import Translation, TranslationResult, restore, terms_first
-from model.search import IncrementalDecoder, SelectFn, beam_search, select
+from model.pipeline import Decoded
+from model.results import TranslationResult
+from model.search import Hypothesis, IncrementalDecoder, SelectFn, beam_search, select
 from model.shortlist import Shortlist
-from model.terms import Terminology, report, retry_beam_size, strip_tags
+from model.terms import Terminology
 from model.tokenizer import Tokenizer
 from model.transformer import Transformer, attention, inference_attention_backends
 
@@ -57,21 +56,6 @@ def auto_dtype(device: str | torch.device) -> str:
     if kernels.int8_path() in ("avx512_vnni", "avx2"):
         return "int8"
     return "bfloat16" if torch.cpu._is_avx512_bf16_supported() else "float32"
-
-
-@dataclass
-class Plan:
-    """One source on its way through `Translator.translate`: what the model reads, and what
-    `finish` needs to turn the hypotheses into its result (`prepare` makes it)."""
-
-    source: str | list[int]  # as given
-    ids: list[int]  # what the model reads
-    masked: protect.Masked | None = None  # a text's protected spans and terms (None: ids were given)
-    stripped: protect.Stripped | None = None  # spans taken out, for a model without sentinel pieces
-    mark: accelerators.Marked | None = None  # the accelerator mark taken out
-    shouting: bool = False  # written in capitals: read in sentence case, written back in capitals
-    terms: Terminology | None = None  # its glossary and do-not-translate terms
-    annotated: bool = False  # its glossary terms inline (a model trained to read annotations)
 
 
 class Translator:
@@ -104,6 +88,9 @@ class Translator:
         self.graphed_search: GraphedBeamSearch | None = None
         # what translate() uses when no length penalty is given: the model's own (chosen on its dev set)
         self.length_penalty = length_penalty_of(self.metadata)
+        # what the text pipeline (model/pipeline.py) needs to know of the model
+        self.reader = pipeline.Reader(tokenizer, self.metadata.get("source_lang"), self.reads_annotations,
+                                      self.config.max_positions)
 
     @classmethod
     def load(cls, directory: str | Path, device: str | None = None, dtype: str = "auto", prepack: bool = True,
@@ -154,21 +141,7 @@ class Translator:
 
     def encode(self, text: str) -> list[int]:
         """Source ids of a text, its protected spans masked when the vocabulary has sentinels."""
-        return self.tokenizer.encode_source(self.mask(text).text)
-
-    def mask(self, text: str, terms: Terminology | None = None, annotate: bool = False) -> protect.Masked:
-        """The text as the model reads it: control characters removed (model/clean.py) and, with
-        sentinels in the vocabulary, protected spans masked (and `terms`' glossary and
-        do-not-translate terms: model/terms.py; with `annotate`, glossary terms inline). ValueError
-        for a lone surrogate."""
-        at = lone_surrogate(text)
-        if at is not None:
-            raise ValueError(f"a lone surrogate (U+{ord(text[at]):04X}) at character {at} is not valid Unicode")
-        text = clean_text(text)
-        tok = self.tokenizer
-        if not tok.has_sentinels:
-            return protect.Masked(text)
-        return protect.mask(text, foreign=tok.cannot_spell, terms=terms, annotate_glossary=annotate)
+        return self.tokenizer.encode_source(pipeline.mask(self.reader, text).text)
 
     def length_cap(self, source_len: int, max_length: int | None) -> int:
         """New target tokens allowed (EOS included): max_length when given (within the
@@ -204,106 +177,45 @@ class Translator:
             options = replace(options, length_penalty=self.length_penalty)
         if parallel < 1:
             raise ValueError(f"parallel must be at least 1, got {parallel}")
-        plans = self.prepare(sources, terms, term_method)
-        batches = self.batches([p.ids for p in plans], batch_tokens // options.beam_size)
-        while len(batches) < min(parallel, len(plans)):
+        plans = pipeline.prepare(self.reader, sources, terms, term_method)
+        outputs = self.decode_all([p.ids for p in plans], pipeline.decoding(plans, options),
+                                  [p.needs_attention(self.reader) for p in plans], batch_tokens, parallel)
+        results = [as_torch(pipeline.finish(self.reader, plan, hyps, options)) for plan, hyps in zip(plans, outputs)]
+        again = pipeline.missed_terms(plans, results)
+        if again:  # an annotated term no beam wrote: that text again, its terms as sentinels
+            redone = self.translate([sources[i] for i in again], pipeline.retry_options(options),
+                                    batch_tokens=batch_tokens, parallel=parallel,
+                                    terms=[plans[i].terms for i in again], term_method="spans")
+            for i, again_result in zip(again, redone):
+                results[i] = again_result
+        return results
+
+    def decode_all(self, ids: list[list[int]], options: DecodingOptions, weights: list[bool] | None = None,
+                   batch_tokens: int = 4096, parallel: int = 1) -> list[list[Decoded]]:
+        """`decode` over length-sorted batches of at most batch_tokens source tokens (padding and
+        beams counted), in input order; a batch computes the attention when one of its sources
+        needs its `weights`. parallel > 1: that many batches at once, each on its own thread (the
+        largest halved until there are enough)."""
+        weights = weights or [False] * len(ids)
+        batches = self.batches(ids, batch_tokens // options.beam_size)
+        while len(batches) < min(parallel, len(ids)):
             largest = max(batches, key=len)
             batches.remove(largest)
             batches += [largest[: len(largest) // 2], largest[len(largest) // 2:]]
 
-        # with annotated terms, every finished beam comes back: the best one that writes the terms
-        # is chosen before a text is translated again (the beams cost the same; only n_best are read)
-        choose_terms = any(p.annotated for p in plans) and term_method == "auto"
-        decode = replace(options, n_best=options.beam_size) if choose_terms else options
-
-        def run(batch: list[int]):
-            attention = options.attention or any(self.needs_attention(plans[i]) for i in batch)
-            return self.translate_ids([plans[i].ids for i in batch], replace(decode, attention=attention))
+        def run(batch: list[int]) -> list[list[Decoded]]:
+            return self.decode([ids[i] for i in batch], options, any(weights[i] for i in batch))
 
         if parallel > 1:
             with ThreadPoolExecutor(parallel) as pool:
                 outputs = list(pool.map(run, batches))
         else:
             outputs = map(run, batches)
-        results: list[TranslationResult | None] = [None] * len(plans)
+        decoded: list[list[Decoded] | None] = [None] * len(ids)
         for batch, hyps in zip(batches, outputs):
             for i, h in zip(batch, hyps):
-                results[i] = self.finish(plans[i], h, options, choose_terms)
-        if choose_terms:
-            # an annotated term no beam wrote: that text again, its terms as sentinels
-            again = [i for i, p in enumerate(plans) if p.masked and lacks_terms(p.masked, results[i].hypotheses[0].text)]
-            if again:
-                wider = replace(options, beam_size=retry_beam_size(options.beam_size, options.n_best))
-                redone = self.translate([sources[i] for i in again], wider, batch_tokens=batch_tokens, parallel=parallel,
-                                        terms=[plans[i].terms for i in again], term_method="spans")
-                for i, again_result in zip(again, redone):
-                    results[i] = again_result
-        return results  # type: ignore[return-value]
-
-    def prepare(self, sources: list[str] | list[list[int]], terms: Terminology | list[Terminology | None] | None = None,
-                term_method: str = "auto") -> list[Plan]:
-        """The first half of translating: each source as the model reads it, and what `finish`
-        needs to make its result. A text: control characters removed, protected spans masked (or
-        taken out, for a model without sentinel pieces), glossary terms as spans or inline; then,
-        for a text or ids, without its accelerator mark (model/accelerators.py) and in sentence
-        case when written in capitals (model/casing.py)."""
-        if term_method not in ("auto", "annotate", "spans"):
-            raise ValueError(f"term_method must be auto, annotate or spans, got {term_method!r}")
-        each_terms = terms if isinstance(terms, list) else [terms] * len(sources)
-        if len(each_terms) != len(sources):
-            raise ValueError(f"{len(each_terms)} terminologies for {len(sources)} sources")
-        plans = []
-        for i, (source, own) in enumerate(zip(sources, each_terms)):
-            annotated = bool(own and own.glossary) and self.reads_annotations and term_method != "spans"
-            masked = self.mask(source, own, annotated) if isinstance(source, str) else None
-            stripped = None
-            if masked and not self.tokenizer.has_sentinels:
-                # a model without sentinel pieces reads text without its spans; they go back by the
-                # attention (not foreign words: spelt as they are)
-                found = protect.take_out(masked.text, terms=own)
-                if found.spans:
-                    stripped, masked = found, protect.Masked(found.text)
-            ids = self.tokenizer.encode_source(masked.text) if masked else list(source)
-            if not 1 <= len(ids) <= self.max_source_tokens:
-                raise ValueError(f"source {i} has {len(ids)} tokens; allowed: 1 to {self.max_source_tokens}")
-            plans.append(Plan(source, ids, masked, stripped, terms=own, annotated=annotated))
-        for plan in plans:
-            text = plan.masked.text if plan.masked else self.tokenizer.decode_source(plan.ids)
-            plan.mark = accelerators.find(text) if plan.stripped is None else None
-            read = plan.mark.text if plan.mark else text
-            plan.shouting = casing.is_shouting(read)
-            if plan.shouting:
-                read = casing.sentence_case(read, self.metadata.get("source_lang"),
-                                            pieces=lambda word: len(self.tokenizer.source_sp.encode(word)))
-            if read != text:
-                read_ids = self.tokenizer.encode_source(read)
-                if len(read_ids) <= self.max_source_tokens:
-                    plan.ids = read_ids
-                else:
-                    plan.mark, plan.shouting = None, False
-        return plans
-
-    def needs_attention(self, plan: Plan) -> bool:
-        """Whether the attention must be computed for this text: a repair places a missing span,
-        and an accelerator mark or a taken-out span is placed, by the attention."""
-        return self.has_sentinel(plan.ids) or bool(plan.mark) or bool(plan.stripped)
-
-    def finish(self, plan: Plan, hyps, options: DecodingOptions, choose_terms: bool = False) -> TranslationResult:
-        """The second half: a text's hypotheses (best first) as its result, options.n_best of them;
-        with `choose_terms`, the beams that write the annotated terms first; and which of the
-        text's terms were applied."""
-        how = (options.attention, plan.masked, plan.shouting, plan.mark, plan.stripped)
-        result = self.to_result(plan.ids, hyps[: options.n_best], *how)
-        # the other beams, where the best lacks a term or alternatives are asked for
-        if choose_terms and (options.n_best > 1 or lacks_terms(plan.masked, result.hypotheses[0].text)):
-            result = self.to_result(plan.ids, hyps, *how)
-            result.hypotheses = terms_first(result.hypotheses, partial(lacks_terms, plan.masked))[: options.n_best]
-        if plan.terms and plan.masked is not None:  # the repair (or the placement) puts every sentinel term in
-            found = {m.entry for m in plan.terms.find(clean_text(plan.source))}
-            used = (set(plan.stripped.terms.values()) if plan.stripped
-                    else plan.masked.terms_used(result.hypotheses[0].text))
-            result.terms = report(plan.terms, found, used)
-        return result
+                decoded[i] = h
+        return decoded  # type: ignore[return-value]
 
     @staticmethod
     def batches(ids: list[list[int]], max_tokens: int) -> list[list[int]]:
@@ -317,7 +229,15 @@ class Translator:
             current.append(i)
         return batches + ([current] if current else [])
 
-    def translate_ids(self, ids: list[list[int]], options: DecodingOptions):
+    def decode(self, ids: list[list[int]], options: DecodingOptions, weights: bool = False) -> list[list[Decoded]]:
+        """The search on EOS-terminated source ids, one batch: each source's hypotheses, best
+        first, torch-free (what finish reads, and what crosses a worker's pipe); with `weights`
+        (or options.attention) each has its attention's mean over layers and heads, and with
+        options.attention the attention itself (L, H, T, S)."""
+        hyps = self.translate_ids(ids, replace(options, attention=options.attention or weights))
+        return [[as_decoded(h, options.attention) for h in each] for each in hyps]
+
+    def translate_ids(self, ids: list[list[int]], options: DecodingOptions) -> list[list[Hypothesis]]:
         """Hypotheses of EOS-terminated source ids, one batch: the options turned into the search's
         arguments (its names are Hugging Face `generate`'s: max_new_tokens, min_new_tokens, ...)."""
         S = max(len(x) for x in ids)
@@ -336,52 +256,18 @@ class Translator:
             return beam_search(decoder, src.to(self.device), o.beam_size, o.n_best, o.length_penalty, caps, o.attention,
                                o.min_length, self.select_fn)
 
-    def has_sentinel(self, ids: list[int]) -> bool:
-        return self.tokenizer.has_sentinels and any(i in self.tokenizer.sentinel_ids for i in ids)
 
-    def to_result(self, source_ids: list[int], hyps, with_attention: bool,
-                  masked: protect.Masked | None = None, shouting: bool = False,
-                  marked: accelerators.Marked | None = None,
-                  stripped: protect.Stripped | None = None) -> TranslationResult:
-        """Hypotheses as text; each holds the source's sentinels once (protect.repair), gets the
-        source's accelerator mark back (`marked`), is written in capitals when the source was
-        (`shouting`; its spans keep their case), and with `masked` (the source was text) has its
-        spans put back; `stripped` (a model without sentinels): the spans taken out of the source
-        go back where the attention points (protect.place)."""
-        tok = self.tokenizer
-        source_pieces = tok.source_pieces(source_ids)
-        result = TranslationResult(source_tokens=source_pieces)
-        for h in hyps:
-            pieces = tok.target_pieces(h.token_ids)
-            # a term tag the model wrote is no text
-            t = Translation(strip_tags(tok.decode_target(h.token_ids)), pieces, h.token_ids, h.score, h.log_prob,
-                            h.ended_with_eos)
-            repairable = tok.has_sentinels and (self.has_sentinel(source_ids) or self.has_sentinel(h.token_ids))
-            attention = None if h.attention is None or not (repairable or marked) else h.attention.float().cpu().numpy()
-            text_pieces, text_attention = pieces, attention  # the pieces of t.text, and their attention rows
-            if repairable:
-                fixed = protect.repair(source_pieces, pieces, attention)
-                if fixed.changed:
-                    t.text, t.spans_inserted, t.spans_removed = tok.decode_pieces(fixed.pieces), fixed.inserted, fixed.removed
-                    text_pieces = fixed.pieces
-                    text_attention = None if attention is None else fixed.attention_of_pieces(attention)
-            if marked:
-                t.text = accelerators.place(t.text, text_pieces, text_attention, source_pieces, marked)
-            if shouting:
-                t.text = casing.shout(t.text)  # sentinels have no case: the spans come back as written
-            if stripped is not None:
-                weights = h.attention.float().mean(dim=(0, 1)).cpu().numpy()  # (target rows, source pieces)
-                decode = (lambda p: casing.shout(tok.decode_pieces(p))) if shouting else tok.decode_pieces
-                t.text = protect.place(stripped, protect.piece_starts(source_pieces), pieces, weights, decode)
-            if with_attention:
-                # the rows are the model's steps: the pieces it wrote, before any repair of the text
-                t.attention = h.attention.float().cpu()
-                t.target_tokens = pieces + (["</s>"] if h.ended_with_eos else [])
-            result.hypotheses.append(t)
-        return restore(result, masked.spans, masked.text) if masked and masked.spans else result
+def as_decoded(h: Hypothesis, attention: bool) -> Decoded:
+    """A search hypothesis without torch: its attention's mean over layers and heads (what the
+    pipeline reads), and with `attention` the attention itself."""
+    full = None if h.attention is None else h.attention.float().cpu().numpy()  # (L, H, T, S)
+    return Decoded(h.token_ids, h.score, h.log_prob, h.ended_with_eos,
+                   weights=None if full is None else full.mean(axis=(0, 1)), attention=full if attention else None)
 
 
-def lacks_terms(masked: protect.Masked | None, text: str) -> bool:
-    """Whether a translation lacks a target term annotated in its source."""
-    return masked is not None and not {a.entry for a in masked.annotations} <= masked.terms_used(text)
-
+def as_torch(result: TranslationResult) -> TranslationResult:
+    """The library's results hold attention as torch tensors (the service's, numpy arrays)."""
+    for h in result.hypotheses:
+        if h.attention is not None:
+            h.attention = torch.from_numpy(h.attention)
+    return result

@@ -3,8 +3,10 @@
     .venv/bin/python scripts/same-translations.py REV [--texts FILE]
 
 Both trees translate the same texts with the shipped models (en-de, de-en) on the CPU, greedy and
-beam 4 (2 best), with and without a glossary; each text also in capitals, with an accelerator
-mark, with `_` before a word and in lower case. The texts: FILE (one per line), else a built-in
+beam 4 (2 best), with and without a glossary, with the Translator and through the service
+(/v1/translate likewise; LibreTranslate's /translate as text and HTML with an alternative and a
+glossary; DeepL's /v2/translate); each text also in capitals, with an accelerator mark, with `_`
+before a word and in lower case. The texts: FILE (one per line), else a built-in
 list with placeholders, tags, paths, e-mail addresses and URLs. REV is checked out into a
 temporary git worktree; its code runs with this environment's packages. Prints the differences
 and exits 1 when there are any.
@@ -45,6 +47,42 @@ for directory in ("checkpoints/en-de", "checkpoints/de-en"):
 json.dump(out, open(sys.argv[3], "w"), ensure_ascii=False)
 """
 
+# the same texts through the service (in-process, its worker a real process), each API's routes
+SERVE = """
+import json, os, sys, tempfile, time
+sys.path.insert(0, sys.argv[1])
+os.chdir(tempfile.mkdtemp())  # the service's databases
+from fastapi.testclient import TestClient
+from app.main import create_app
+from app.settings import Settings
+texts = json.load(open(sys.argv[2]))
+settings = Settings(model_dirs=[sys.argv[1] + "/checkpoints/en-de", sys.argv[1] + "/checkpoints/de-en"],
+                    detect_languages=["none"], cache=False, workers=1, device="cpu", max_items=len(texts))
+glossary = {"file": "Akte", "document": "Schriftstück"}
+out = {}
+with TestClient(create_app(settings)) as client:
+    while client.get("/ready").status_code != 200:
+        time.sleep(0.1)
+    for source, target in (("en", "de"), ("de", "en")):
+        for beam in (1, 4):
+            for terms in (None, glossary):
+                body = {"text": texts, "source": source, "target": target, "beam_size": beam,
+                        "n_best": min(beam, 2), "glossary": terms}
+                r = client.post("/v1/translate", json=body).json()
+                out[f"/v1/translate {source}-{target}, beam {beam}, glossary {terms is not None}"] = [
+                    [t["text"]] + [a["text"] for a in t.get("alternatives", [])] + [repr(t.get("terms"))]
+                    for t in r["translations"]]
+        for format in ("text", "html"):
+            r = client.post("/translate", json={"q": texts, "source": source, "target": target, "format": format,
+                                                "alternatives": 1, "glossary": glossary}).json()
+            out[f"/translate {source}-{target}, {format}"] = [[t] + a for t, a in zip(r["translatedText"],
+                                                                                      r["alternatives"])]
+        r = client.post("/v2/translate", json={"text": texts, "source_lang": source.upper(),
+                                               "target_lang": target.upper()}).json()
+        out[f"/v2/translate {source}-{target}"] = [[t["text"]] for t in r["translations"]]
+json.dump(out, open(sys.argv[3], "w"), ensure_ascii=False)
+"""
+
 
 def variants(text: str) -> list[str]:
     return [text, text.upper(), "&" + text, text.replace("file", "_file"), text.lower()]
@@ -54,6 +92,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("rev", help="the revision to compare with")
     ap.add_argument("--texts", type=Path, help="one text per line (default: a built-in list)")
+    ap.add_argument("--parts", nargs="+", choices=("run", "serve"), default=["run", "serve"],
+                    help="run: the Translator; serve: the service's /v1/translate, /translate (text, html) "
+                    "and /v2/translate (default: both)")
     args = ap.parse_args()
     base = [line.strip() for line in args.texts.read_text().splitlines() if line.strip()] if args.texts else TEXTS
     texts = [v for text in base for v in variants(text)]
@@ -61,14 +102,17 @@ def main() -> None:
         tmp = Path(tmp)
         (tmp / "texts.json").write_text(json.dumps(texts))
         (tmp / "run.py").write_text(RUN)
+        (tmp / "serve.py").write_text(SERVE)
         other = tmp / "other"
         subprocess.run(["git", "worktree", "add", "-q", "--detach", str(other), args.rev], cwd=ROOT, check=True)
         try:
             outputs = {}
             for name, tree in (("other", other), ("this", ROOT)):
-                subprocess.run([sys.executable, str(tmp / "run.py"), str(tree), str(tmp / "texts.json"),
-                                str(tmp / f"{name}.json")], check=True)
-                outputs[name] = json.loads((tmp / f"{name}.json").read_text())
+                outputs[name] = {}
+                for script in args.parts:
+                    subprocess.run([sys.executable, str(tmp / f"{script}.py"), str(tree), str(tmp / "texts.json"),
+                                    str(tmp / f"{name}.json")], check=True)
+                    outputs[name].update(json.loads((tmp / f"{name}.json").read_text()))
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(other)], cwd=ROOT, check=False)
     differences = 0

@@ -32,8 +32,8 @@ def test_which_marks_count(text, found):
 def test_the_mark_goes_on_the_word_that_attends_most_to_the_marked_word():
     source = ["▁Save", "▁As", "...", "</s>"]
     target = ["▁Speicher", "n", "▁unter", "▁..."]
-    attention = np.zeros((1, 2, 5, 4), dtype=np.float32)
-    attention[:, :, 0, 0] = attention[:, :, 2, 1] = 1.0  # "unter" looks at "As"
+    attention = np.zeros((5, 4), dtype=np.float32)  # (target steps, source pieces)
+    attention[0, 0] = attention[2, 1] = 1.0  # "unter" looks at "As"
     marked = Marked("Save As...", "&", 1)
     assert accelerators.place("Speichern unter ...", target, attention, source, marked) == "Speichern &unter ..."
     # without attention, or on words without letters first: the first word with a letter

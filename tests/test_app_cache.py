@@ -89,8 +89,8 @@ def test_api_keys_do_not_share_cached_translations(tiny_checkpoint):
 
 def test_every_decoding_option_changes_the_cache_key():
     """The key hashes the whole BatchKey: no option can be forgotten there (the model and each
-    decoding option, changed alone, give another key; so do the compute type, the source and the
-    partition)."""
+    decoding option, changed alone, give another key; so do the compute type, the source, the
+    partition and whether the hypotheses hold attention weights)."""
     from dataclasses import fields
 
     from app.cache import TranslationCache
@@ -107,5 +107,22 @@ def test_every_decoding_option_changes_the_cache_key():
     for name, value in other.items():
         keys.add(cache.key(base.decoded(**{name: value}), "int8", [5, 6, 3]))
     keys |= {cache.key(base, "float32", [5, 6, 3]), cache.key(base, "int8", [5, 7, 3]),
-             cache.key(base, "int8", [5, 6, 3], "key:abc")}
-    assert len(keys) == 2 + len(other) + 3
+             cache.key(base, "int8", [5, 6, 3], "key:abc"), cache.key(base, "int8", [5, 6, 3], weights=True)}
+    assert len(keys) == 2 + len(other) + 4
+
+
+def test_cached_hypotheses_come_back_exactly():
+    """What the cache stores is what the pipeline's second half reads: ids, scores and the
+    attention weights, bit for bit."""
+    import numpy as np
+
+    from app.cache import from_bytes, to_bytes
+    from model.pipeline import Decoded
+
+    weights = np.random.default_rng(0).random((4, 6), dtype=np.float32)
+    hyps = [Decoded([5, 9, 2], -0.123456789, -1.5, True, weights), Decoded([7], float("-inf"), -9.0, False)]
+    back = from_bytes(to_bytes(hyps))
+    assert [(h.token_ids, h.score, h.log_prob, h.ended_with_eos) for h in back] == \
+        [(h.token_ids, h.score, h.log_prob, h.ended_with_eos) for h in hyps]
+    assert back[0].weights.dtype == np.float32 and np.array_equal(back[0].weights, weights)
+    assert back[1].weights is None and back[0].attention is None

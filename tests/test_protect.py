@@ -84,7 +84,7 @@ def test_mask_pair_random_numbers_cover_all_sentinels():
 
 
 def _attention(rows: list[list[float]]) -> np.ndarray:
-    return np.array(rows, dtype=np.float32).reshape(1, 1, len(rows), len(rows[0]))
+    return np.array(rows, dtype=np.float32)  # (target steps, source pieces)
 
 
 def test_repair_inserts_a_dropped_span_where_attention_points():
@@ -121,10 +121,10 @@ def test_repair_says_which_model_step_wrote_each_piece():
     att = _attention([[0.9, 0, 0.05, 0.05, 0], [0.5, 0, 0.5, 0, 0], [0.1, 0, 0.8, 0.1, 0], [0, 0, 0, 0, 1]])
     fixed = repair(source, target, att)
     assert fixed.pieces == ["▁Öffne", "▁", S[0], "▁jetzt"] and fixed.rows == [0, None, None, 2]
-    rows = fixed.attention_of_pieces(att)
-    assert rows.shape == (1, 1, 4, 5)
-    np.testing.assert_array_equal(rows[0, 0, [0, 3]], att[0, 0, [0, 2]])
-    assert not rows[0, 0, 1:3].any()
+    rows = fixed.weights_of_pieces(att)
+    assert rows.shape == (4, 5)
+    np.testing.assert_array_equal(rows[[0, 3]], att[[0, 2]])
+    assert not rows[1:3].any()
 
 
 def test_repair_without_attention_appends():

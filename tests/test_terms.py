@@ -10,10 +10,11 @@ from functools import partial
 import pytest
 
 from app.glossaries import inline_terminology, parse_entries
-from model import protect
+from model import pipeline, protect
 from model.results import Translation, terms_first
+from model.pipeline import lacks_terms
 from model.terms import TERM_CLOSE, TERM_OPEN, Match, TermError, Terminology, annotate, retry_beam_size, term_used
-from model.translator import Translator, lacks_terms
+from model.translator import Translator
 from tests.conftest import make_tiny_checkpoint
 from training.annotate import annotate_corpus, annotate_pair, fitting_terms, gloss_index
 
@@ -156,7 +157,7 @@ def test_an_annotating_model_falls_back_to_sentinels_when_it_misses_a_term(tmp_p
     translator = Translator.load(checkpoint, device="cpu", dtype="float32")
     assert translator.reads_annotations
     tags = {translator.tokenizer.source_sp.piece_to_id(t) for t in (TERM_OPEN, TERM_CLOSE)}
-    masked = translator.mask("Open the file.", Terminology({"file": "Akte"}), annotate=True)
+    masked = pipeline.mask(translator.reader, "Open the file.", Terminology({"file": "Akte"}), annotate=True)
     assert tags <= set(translator.tokenizer.encode_source(masked.text))  # one piece each
     terms = Terminology({"file": "Akte"}, ["Nextcloud"])
     source = "Open the file in Nextcloud."

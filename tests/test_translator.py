@@ -6,11 +6,12 @@ import sys
 import pytest
 import torch
 
+from model import pipeline
 from model.cli import translate_command
 from model.config import CheckpointError
 from model.cpu.weights import Int8Linear
 from model.search import Hypothesis
-from model.translator import Translator, auto_dtype
+from model.translator import Translator, as_decoded, auto_dtype
 
 SENTENCES = ["Open the file.", "Hello world, this is a small test sentence with more words.", "Click.",
              "The quick brown fox jumps over the lazy dog."]
@@ -45,11 +46,11 @@ def test_a_repaired_hypothesis_keeps_the_models_rows_of_attention(tiny_sentinel_
     translator = Translator.load(tiny_sentinel_checkpoint, device="cpu", dtype="float32")
     tok = translator.tokenizer
     source_ids = translator.encode("Open \ue000 now.")
-    assert translator.has_sentinel(source_ids)
+    assert translator.reader.has_sentinel(source_ids)
     words = [i for i in translator.encode("now open") if i not in (tok.config.eos_id,)]
     attention = torch.softmax(torch.randn(2, 4, len(words) + 1, len(source_ids)), dim=-1)  # (L, H, T+EOS, S)
-    hyp = Hypothesis(words, score=-1.0, log_prob=-2.0, ended_with_eos=True, attention=attention)
-    result = translator.to_result(source_ids, [hyp], with_attention=True)
+    hyp = as_decoded(Hypothesis(words, score=-1.0, log_prob=-2.0, ended_with_eos=True, attention=attention), True)
+    result = pipeline.to_result(translator.reader, source_ids, [hyp], with_attention=True)
     best = result.hypotheses[0]
     assert best.spans_inserted == [0] and "\ue000" in best.text
     assert best.target_tokens == tok.target_pieces(words) + ["</s>"]

@@ -26,7 +26,6 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from app import markup
 from app.errors import ApiError
 from app.forms import read_fields
 from app.glossaries import MAX_ENTRIES, new_glossary, owner_of, parse_entries, stored_bytes
@@ -128,25 +127,12 @@ async def translate_hop(request: Request, service: Service, texts: list[str], ht
     """The texts translated by one model per text (source 'auto': each text's own language), and
     each text's source language; with `charge`, sentences beyond one a text count against the
     client's limit."""
-    depth = service.settings.max_html_depth
-    # splitting and masking are linear in the text but client-sized: off the event loop
-    readable = await asyncio.to_thread(lambda: [markup.split_document(t, html, spans=False, max_depth=depth).text
-                                                for t in texts]) if source == "auto" else texts
-    resolved = await service.resolve_each(source, target, readable, "text")
-    terms = {m.id: await service.terminology(None, glossary_id, None, key, m)
-             for m in {m.id: m for m, _ in resolved}.values()}
-    documents = await service.split_documents(request, texts, html, [m for m, _ in resolved], terms, "text", charge)
-    translated: list[str] = [""] * len(texts)
-    by_model: dict[str, list[int]] = {}
-    for i, (m, _) in enumerate(resolved):
-        by_model.setdefault(m.id, []).append(i)
-    for indices in by_model.values():
-        model = resolved[indices[0]][0]
-        found = await service.translate_documents(request, model, [documents[i] for i in indices], n_best=1,
-                                          names=[f"text[{i}]" for i in indices], terms=terms[model.id])
-        for i, per_sentence in zip(indices, found):
-            translated[i] = (await asyncio.to_thread(documents[i].versions, per_sentence))[0]
-    return translated, [m.source for m, _ in resolved]
+    def terms_of(model):
+        return service.terminology(None, glossary_id, None, key, model)
+
+    done = await service.translate_texts(request, texts, html, source, target, terms_of, n_best=1, field="text",
+                                         charge=charge)
+    return [v[0] for v in done.versions], [m.source for m, _ in done.resolved]
 
 
 @router.get("/languages", summary="Languages (DeepL-compatible)", responses=errors(400))

@@ -24,10 +24,7 @@ from app.forms import read_fields
 from app.glossaries import kept_by_second_leg
 from app.protocol import LTTranslateFileResponse
 from app.routers import ServiceDep, errors
-from app.scheduler import BatchKey
 from model.clean import clean_text
-from model.options import DecodingOptions
-from model.results import put_back
 from model.terms import Terminology
 
 router = APIRouter(tags=["libretranslate"])
@@ -137,34 +134,15 @@ async def _translate_texts(request: Request, service, model, texts: list[str], h
                                                foreign=model.tokenizer.cannot_spell, max_depth=s.max_html_depth,
                                                terms=terms, annotate=model.reads_annotations))
             within_budget()
-        sentences = [sentence for part in parts for sentence in part.sentences]
-        return parts, [service.encode_sentence(model, sentence, f"a sentence of {filename}", terms)
-                       for sentence in sentences]
+        return parts
 
-    def best_texts(decoded, chunk) -> list[str]:  # spans a model without sentinels was not shown go back
-        return [(put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m else r).hypotheses[0].text
-                for r, (m, _) in zip(decoded, chunk)]
-
-    parts, prepared = await asyncio.to_thread(prepare)
+    parts = await asyncio.to_thread(prepare)
     if charge:
-        await service.charge(request, len(prepared) - 1)
-    positions = [(part, j) for part in parts for j in range(len(part.sentences))]
-    # a model without sentinels puts the placeholders it was not shown back by the attention
-    key = BatchKey(model.id, DecodingOptions(beam_size=s.default_beam_size, length_penalty=model.length_penalty,
-                                             attention=any(m for m, _ in prepared)))
-    translations: list[str] = []
-    for start in range(0, len(prepared), s.max_segments):
-        remaining = s.file_timeout_s - (time.monotonic() - started)
-        if remaining <= 0:
-            raise ApiError(504, f"translating {filename} did not finish within {s.file_timeout_s:g} s "
-                           "(NMT_FILE_TIMEOUT_S)")
-        chunk = prepared[start:start + s.max_segments]
-        decoded = (await service.translate_sentences(request, key, model, [ids for _, ids in chunk],
-                                                     positions[start:start + s.max_segments],
-                                                     f"a sentence of {filename}", timeout_s=remaining)).results
-        translations += await asyncio.to_thread(best_texts, decoded, chunk)
-    found = iter(translations)
-    return await asyncio.to_thread(lambda: [part.join([next(found) for _ in part.sentences]) for part in parts])
+        await service.charge(request, sum(len(part.sentences) for part in parts) - 1)
+    per_part = await service.translate_documents(request, model, parts, 1, [filename] * len(parts), terms,
+                                                 max_sentences=s.max_segments, deadline=started + s.file_timeout_s)
+    return await asyncio.to_thread(lambda: [part.join([best for best, in per_sentence])
+                                            for part, per_sentence in zip(parts, per_part)])
 
 
 @router.get("/download_file/{file}", name="download_file", responses=errors(403, 404, 429, 503),

@@ -22,7 +22,7 @@ import asyncio
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ValidationError
 
-from app import documents, markup
+from app import documents
 from app.errors import ApiError, describe_validation
 from app.forms import read_fields
 from app.protocol import (
@@ -40,8 +40,7 @@ from app.protocol import (
 )
 from app.registry import reported_code
 from app.routers import ServiceDep, errors
-from app.service import Service, item_name
-from model.terms import report
+from app.service import Service
 
 router = APIRouter(tags=["libretranslate"])
 
@@ -98,40 +97,20 @@ async def translate_texts(request: Request, service: Service, body: LTTranslateR
     html = body.format == "html"
     # html without text comes back as it is
     texts = service.accept_texts(texts, "q", allow_blank=html, char_limit=char_limit)
-    # 'auto' detects each text's words, without its markup; a given source needs no detection
-    depth = service.settings.max_html_depth
-    # splitting and masking are linear in the text but client-sized: off the event loop
-    readable = await asyncio.to_thread(lambda: [markup.split_document(text, html, spans=False, max_depth=depth).text
-                                                for text in texts]) if body.source == "auto" else texts
-    resolved = await service.resolve_each(body.source, body.target, readable, "q")
     key = body.api_key or request.headers.get("x-api-key")
-    terms = {model.id: await service.terminology(body.glossary, body.glossary_id, body.do_not_translate, key, model)
-             for model in {m.id: m for m, _ in resolved}.values()}
-    documents = await service.split_documents(request, texts, html, [m for m, _ in resolved], terms, "q", charge)
-    by_model: dict[str, list[int]] = {}
-    for i, (model, _) in enumerate(resolved):
-        by_model.setdefault(model.id, []).append(i)
-    hypotheses: list[list[list[str]]] = [[] for _ in texts]
-    for indices in by_model.values():  # one job per model (texts in several languages: several jobs)
-        found = await service.translate_documents(request, resolved[indices[0]][0], [documents[i] for i in indices],
-                                          n_best=body.alternatives + 1,
-                                          names=[item_name("q", i, len(texts)) for i in indices],
-                                          terms=terms[resolved[indices[0]][0].id])
-        for i, per_sentence in zip(indices, found):
-            hypotheses[i] = per_sentence
-    versions = await asyncio.to_thread(lambda: [document.versions(per_sentence)
-                                                for document, per_sentence in zip(documents, hypotheses)])
-    translated = [v[0] for v in versions]
-    alternatives = [v[1:] for v in versions] if body.alternatives else None
+
+    def terms_of(model):
+        return service.terminology(body.glossary, body.glossary_id, body.do_not_translate, key, model)
+
+    done = await service.translate_texts(request, texts, html, body.source, body.target, terms_of,
+                                         n_best=body.alternatives + 1, field="q", charge=charge)
+    translated = [v[0] for v in done.versions]
+    alternatives = [v[1:] for v in done.versions] if body.alternatives else None
     detected = None if body.source != "auto" else [
         DetectedLanguage(confidence=round(confidence, 1), language=reported_code(model.source))
-        for model, confidence in resolved]
-    reports = None
-    if any(terms.values()):  # every masked term is in the output (protect.repair); the others could not be masked
-        reports = await asyncio.to_thread(lambda: [  # matching every text again: client-sized
-            TermsReport(**report(terms[model.id], {t.entry for t in terms[model.id].find(text)},
-                                 document.terms_used(translation)))
-            for text, document, translation, (model, _) in zip(texts, documents, translated, resolved)])
+        for model, confidence in done.resolved]
+    found = await asyncio.to_thread(done.reports, texts)
+    reports = found and [TermsReport(**r) for r in found]
     if isinstance(body.q, str):
         return LTTranslateResponse(translatedText=translated[0], alternatives=alternatives and alternatives[0],
                                    detectedLanguage=detected and detected[0], terms=reports and reports[0])

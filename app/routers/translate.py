@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from dataclasses import replace
+from functools import partial
 
 from fastapi import APIRouter, Header, Request
 
-from app import markup
 from app.alignments import Alignment, compose, rounded
 from app.errors import ApiError
 from app.protocol import (
@@ -23,11 +22,9 @@ from app.protocol import (
 )
 from app.registry import language_name
 from app.routers import ServiceDep, errors
-from app.scheduler import BatchKey
 from app.service import Service
 from model.options import DecodingOptions
-from model.results import Translation, TranslationResult, put_back, restore
-from model.terms import report
+from model.results import Translation, TranslationResult
 
 router = APIRouter(tags=["translate"])
 
@@ -135,28 +132,18 @@ async def translate_one_hop(body: TranslateRequest, request: Request, service: S
                        f"{language_name(resolved[other][0].source)}; send one language per request (or use /translate, "
                        "which translates each text from its own language)")
     terms = await service.terminology(body.glossary, body.glossary_id, body.do_not_translate, key, model)
-    masked, sources = await asyncio.to_thread(service.encode, model, texts, "text", terms)  # client-sized work
-    # a model without sentinels puts the spans it was not shown back by the attention
-    taken_out = any(m.taken_out for m in masked)
+    plans = await asyncio.to_thread(service.prepare, model, texts, "text", terms)  # client-sized work
     length_penalty = model.length_penalty if body.length_penalty is None else body.length_penalty
-    key = BatchKey(model.id, DecodingOptions(body.beam_size, body.n_best, length_penalty, body.max_length,
-                                             attention=body.alignments or body.include_attention or taken_out))
-    # each text is one sentence of a document holding its mask's own spans and terms, which a retry
-    # of a missed annotated term extends (Service.translate_sentences)
-    documents = [markup.Document(["", ""], [m.text], m.spans, False, m.terms, annotations=m.annotations)
-                 for m in masked]
-    outcome = await service.translate_sentences(request, key, model, sources, [(d, 0) for d in documents], "text")
-    decoded = outcome.results
-    masked = [replace(m, text=d.sentences[0]) for m, d in zip(masked, documents)]
-    results = await asyncio.to_thread(lambda: [
-        put_back(r, m.taken_out, model.tokenizer.decode_pieces) if m.taken_out else restore(r, m.spans, m.text)
-        for r, m in zip(decoded, masked)])
+    options = DecodingOptions(body.beam_size, body.n_best, length_penalty, body.max_length,
+                              attention=body.alignments or body.include_attention)
+    # a text whose best translation lacks an annotated term: again, its terms as sentinels
+    outcome = await service.translate_plans(request, model, plans, options,
+                                            partial(service.prepare, model, texts, "text", terms, "spans"))
+    results = outcome.results
     _check_attention_size(results, body, service.settings.max_attention_values)
     translations = [await translation_out(service, request, model.id, r, body) for r in results]
-    if terms:  # every masked term is in the output (protect.repair); the others could not be masked
-        found = await asyncio.to_thread(lambda: [{t.entry for t in terms.find(text)} for text in texts])  # client-sized
-        for out, matched, m in zip(translations, found, masked):
-            out.terms = TermsReport(**report(terms, matched, m.terms_used(out.text)))
+    for out, result in zip(translations, results):
+        out.terms = TermsReport(**result.terms) if result.terms is not None else None
     timing = Timing(queue_ms=round(outcome.queue_s * 1000, 2), compute_ms=round(outcome.compute_s * 1000, 2),
                     total_ms=round((time.perf_counter() - start) * 1000, 2))
     return TranslateResponse(model=model.id, translations=translations, timing=timing)

@@ -51,36 +51,43 @@ json.dump(out, open(sys.argv[3], "w"), ensure_ascii=False)
 SERVE = """
 import json, os, sys, tempfile, time
 sys.path.insert(0, sys.argv[1])
-os.chdir(tempfile.mkdtemp())  # the service's databases
-from fastapi.testclient import TestClient
-from app.main import create_app
-from app.settings import Settings
-texts = json.load(open(sys.argv[2]))
-settings = Settings(model_dirs=[sys.argv[1] + "/checkpoints/en-de", sys.argv[1] + "/checkpoints/de-en"],
-                    detect_languages=["none"], cache=False, workers=1, device="cpu", max_items=len(texts))
-glossary = {"file": "Akte", "document": "Schriftstück"}
-out = {}
-with TestClient(create_app(settings)) as client:
-    while client.get("/ready").status_code != 200:
-        time.sleep(0.1)
-    for source, target in (("en", "de"), ("de", "en")):
-        for beam in (1, 4):
-            for terms in (None, glossary):
-                body = {"text": texts, "source": source, "target": target, "beam_size": beam,
-                        "n_best": min(beam, 2), "glossary": terms}
-                r = client.post("/v1/translate", json=body).json()
-                out[f"/v1/translate {source}-{target}, beam {beam}, glossary {terms is not None}"] = [
-                    [t["text"]] + [a["text"] for a in t.get("alternatives", [])] + [repr(t.get("terms"))]
-                    for t in r["translations"]]
-        for format in ("text", "html"):
-            r = client.post("/translate", json={"q": texts, "source": source, "target": target, "format": format,
-                                                "alternatives": 1, "glossary": glossary}).json()
-            out[f"/translate {source}-{target}, {format}"] = [[t] + a for t, a in zip(r["translatedText"],
-                                                                                      r["alternatives"])]
-        r = client.post("/v2/translate", json={"text": texts, "source_lang": source.upper(),
-                                               "target_lang": target.upper()}).json()
-        out[f"/v2/translate {source}-{target}"] = [[t["text"]] for t in r["translations"]]
-json.dump(out, open(sys.argv[3], "w"), ensure_ascii=False)
+
+
+def main():
+    os.chdir(tempfile.mkdtemp())  # the service's databases
+    from fastapi.testclient import TestClient
+    from app.main import create_app
+    from app.settings import Settings
+    texts = json.load(open(sys.argv[2]))
+    settings = Settings(model_dirs=[sys.argv[1] + "/checkpoints/en-de", sys.argv[1] + "/checkpoints/de-en"],
+                        detect_languages=["none"], cache=False, workers=1, device="cpu", max_items=len(texts))
+    glossary = {"file": "Akte", "document": "Schriftstück"}
+    out = {}
+    with TestClient(create_app(settings)) as client:
+        while client.get("/ready").status_code != 200:
+            time.sleep(0.1)
+        for source, target in (("en", "de"), ("de", "en")):
+            for beam in (1, 4):
+                for terms in (None, glossary):
+                    body = {"text": texts, "source": source, "target": target, "beam_size": beam,
+                            "n_best": min(beam, 2), "glossary": terms}
+                    r = client.post("/v1/translate", json=body).json()
+                    out[f"/v1/translate {source}-{target}, beam {beam}, glossary {terms is not None}"] = [
+                        [t["text"]] + [a["text"] for a in t.get("alternatives", [])] + [repr(t.get("terms"))]
+                        for t in r["translations"]]
+            for format in ("text", "html"):
+                r = client.post("/translate", json={"q": texts, "source": source, "target": target, "format": format,
+                                                    "alternatives": 1, "glossary": glossary}).json()
+                out[f"/translate {source}-{target}, {format}"] = [[t] + a for t, a in zip(r["translatedText"],
+                                                                                          r["alternatives"])]
+            r = client.post("/v2/translate", json={"text": texts, "source_lang": source.upper(),
+                                                   "target_lang": target.upper()}).json()
+            out[f"/v2/translate {source}-{target}"] = [[t["text"]] for t in r["translations"]]
+    json.dump(out, open(sys.argv[3], "w"), ensure_ascii=False)
+
+
+if __name__ == "__main__":  # the worker is spawned: it imports this file again
+    main()
 """
 
 

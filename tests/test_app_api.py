@@ -114,6 +114,23 @@ def test_second_model_serves_its_own_pair(client, de_en):
     assert body["translations"][0]["text"] == expected.hypotheses[0].text
 
 
+def test_the_service_and_the_library_finish_texts_with_one_pipeline(client, offline):
+    """The server prepares the texts and finishes the worker's hypotheses with the pipeline the
+    Translator runs (model/pipeline.py): placeholders taken out and placed back by the attention
+    (this model has no sentinel pieces), in capitals too; an accelerator mark; a glossary term.
+    Texts, alternatives and terms reports are the library's."""
+    from model.terms import Terminology
+
+    glossary = {"file": "Akte"}
+    for texts in (["Open %s now.", "Save &As...", "OPEN %s NOW.", "Mail ada@example.com the file."],
+                  ["OPEN THE FILE.", "Print the {name} file."]):
+        body = translate(client, text=texts, beam_size=3, n_best=2, glossary=glossary)
+        expected = offline.translate(texts, beam_size=3, n_best=2, terms=Terminology(glossary))
+        for out, result in zip(body["translations"], expected, strict=True):
+            assert [out["text"]] + [a["text"] for a in out["alternatives"]] == [h.text for h in result.hypotheses]
+            assert out["terms"] == result.terms
+
+
 # --- /v1/alignments --------------------------------------------------------------------------
 
 def test_alignment_views(client):

@@ -11,8 +11,8 @@ import pytest
 
 from app.glossaries import inline_terminology, parse_entries
 from model import pipeline, protect
-from model.results import Translation, terms_first
 from model.pipeline import lacks_terms
+from model.results import Translation, terms_first
 from model.terms import TERM_CLOSE, TERM_OPEN, Match, TermError, Terminology, annotate, retry_beam_size, term_used
 from model.translator import Translator
 from tests.conftest import make_tiny_checkpoint

@@ -58,24 +58,34 @@ class Outcome:
     compute_s: float
 
 
+@dataclass(frozen=True)
+class Leg:
+    """One model's part of a translation: all of it, or one side of a pivot (Service.legs)."""
+
+    source: str
+    target: str
+    first: bool  # reads the request's own terms, and is charged; a second leg keeps its target terms
+
+
 @dataclass
 class Translated:
     """Texts translated as documents by Service.translate_texts."""
 
     versions: list[list[str]]  # per text: its best translation, then its alternatives
-    resolved: list[tuple[ServedModel, float | None]]  # per text: its model, and with source 'auto' the confidence
-    documents: list[markup.Document]  # per text: its sentences and spans (which terms they hold)
-    terms: dict[str, Terminology | None]  # per model id: the terms it translated with
+    resolved: list[tuple[ServedModel, float | None]]  # per text: its (first) model, with 'auto' the confidence
+    reports: list[dict[str, list[str]]] | None  # per text: terms applied, not applied, not found (None: no terms)
 
-    def reports(self, texts: list[str]) -> list[dict[str, list[str]]] | None:
-        """Per text, which terms were applied, not applied, not found (model/terms.py); None
-        without terms. Matches every text again: client-sized, call it in a thread."""
-        if not any(self.terms.values()):
-            return None
-        # every masked term is in the output (protect.repair); the others could not be masked
-        return [report(self.terms[model.id], {t.entry for t in self.terms[model.id].find(text)},
-                       document.terms_used(versions[0]))
-                for text, document, versions, (model, _) in zip(texts, self.documents, self.versions, self.resolved)]
+
+def terms_reports(texts: list[str], versions: list[list[str]], resolved: list[tuple[ServedModel, float | None]],
+                  documents: list[markup.Document], terms: dict[str, Terminology | None],
+                  ) -> list[dict[str, list[str]]] | None:
+    """Per text, which terms its best translation applied (model/terms.py); None without terms.
+    Matches every text again: client-sized, call it in a thread."""
+    if not any(terms.values()):
+        return None
+    # every masked term is in the output (protect.repair); the others could not be masked
+    return [report(terms[model.id], {t.entry for t in terms[model.id].find(text)}, document.terms_used(own[0]))
+            for text, document, own, (model, _) in zip(texts, documents, versions, resolved)]
 
 
 async def _client_gone(request: Request) -> None:
@@ -341,11 +351,27 @@ class Service:
             log.warning("usage not counted: %s", e.detail)
             return 0
 
-    def second_leg_terms(self, glossary, do_not_translate) -> list[str] | None:
-        """A request's inline glossary and do-not-translate terms as the terms the second leg of a
-        pivot keeps as written (app/glossaries.py); a 400 says what is wrong with them."""
+    def legs(self, source: str, target: str, refused: dict[str, bool] | None = None) -> list[Leg]:
+        """How source -> target is translated: by one model, or, with no model for it but for
+        source -> B and B -> target, through the pivot B (English where it can be), the way
+        Argos's CompositeTranslation does: the first leg's output is the second's input. A 400
+        names what the request asks for (`refused`: name -> asked) that a pivot cannot give."""
+        pivot = self.registry.pivot(source, target) if source != "auto" else None
+        if pivot is None:
+            return [Leg(source, target, True)]
+        asked = [name for name, is_asked in (refused or {}).items() if is_asked]
+        if asked:
+            raise ApiError(400, f"{', '.join(asked)}: not available through a pivot ({source}->{pivot}->{target})")
+        return [Leg(source, pivot, True), Leg(pivot, target, False)]
+
+    def leg_terms(self, leg: Leg, glossary, do_not_translate) -> tuple[dict | None, list[str] | None]:
+        """The inline glossary and do-not-translate terms a leg translates with: the first leg the
+        request's; the second keeps as written the target terms the first wrote and the
+        do-not-translate terms (app/glossaries.py). A 400 says what is wrong with them."""
+        if leg.first:
+            return glossary, do_not_translate
         try:
-            return kept_by_second_leg(inline_terminology(glossary, do_not_translate))
+            return None, kept_by_second_leg(inline_terminology(glossary, do_not_translate))
         except TermError as e:
             raise ApiError(400, str(e)) from None
 
@@ -400,13 +426,34 @@ class Service:
         return plans
 
     async def translate_texts(self, request: Request, texts: list[str], html: bool, source: str, target: str,
-                              terms_of: Callable[[ServedModel], Awaitable[Terminology | None]], n_best: int,
+                              glossary, glossary_id: str | None, do_not_translate, key: str | None, n_best: int,
                               field: str, charge: bool = False) -> Translated:
         """Texts (as accept_texts returned them) translated as documents (app/markup.py: sentences,
         HTML kept), each by its own language's model (source 'auto': each text's detected
-        language; one job per model), with the terms `terms_of` gives each model: LibreTranslate's
-        /translate and DeepL's /v2/translate. With `charge`, sentences beyond one a text count
-        against the client's limit."""
+        language; one job per model), with the request's terms (its inline glossary and
+        do-not-translate terms, a stored glossary): LibreTranslate's /translate and DeepL's
+        /v2/translate. Through a pivot (`legs`), the second leg translates the first's output;
+        the result reports the first leg's terms and languages. With `charge`, sentences beyond one
+        a text count against the client's limit (the first leg's)."""
+        legs = self.legs(source, target, {"alternatives": n_best > 1, "a stored glossary (glossary_id)":
+                                          bool(glossary_id)})
+        for leg in legs:
+            leg_glossary, keep = self.leg_terms(leg, glossary, do_not_translate)
+
+            def terms_of(model, leg_glossary=leg_glossary, keep=keep, leg=leg):
+                return self.terminology(leg_glossary, glossary_id if leg.first else None, keep, key, model)
+
+            done = await self._translate_texts(request, texts, html, leg.source, leg.target, terms_of, n_best, field,
+                                               charge and leg.first)
+            if leg.first:  # what the response reports: the request's own languages and terms
+                resolved, reports = done.resolved, done.reports
+            texts = [versions[0] for versions in done.versions]
+        return Translated(done.versions, resolved, reports)
+
+    async def _translate_texts(self, request: Request, texts: list[str], html: bool, source: str, target: str,
+                               terms_of: Callable[[ServedModel], Awaitable[Terminology | None]], n_best: int,
+                               field: str, charge: bool) -> Translated:
+        """translate_texts with one model per text (one leg)."""
         if source == "auto":  # detection reads each text's words, without its markup (off the event loop)
             depth = self.settings.max_html_depth
             readable = await asyncio.to_thread(lambda: [markup.split_document(text, html, spans=False,
@@ -428,7 +475,8 @@ class Service:
                 hypotheses[i] = per_sentence
         versions = await asyncio.to_thread(lambda: [document.versions(per_sentence)
                                                     for document, per_sentence in zip(documents, hypotheses)])
-        return Translated(versions, resolved, documents, terms)
+        reports = await asyncio.to_thread(terms_reports, texts, versions, resolved, documents, terms)
+        return Translated(versions, resolved, reports)
 
     @staticmethod
     def _refused_if_long(model: ServedModel, prepare, *args, **kwargs):

@@ -107,32 +107,14 @@ async def translate(request: Request, service: ServiceDep):
     texts = service.accept_texts(texts, "text", allow_blank=html, char_limit=char_limit)
     if fields.get("glossary_id") and source == "auto":
         raise ApiError(400, "Use of a glossary requires the 'source_lang' parameter to be specified.")
-    pivot = service.registry.pivot(source, target) if source != "auto" else None
-    if pivot is None:
-        translated, sources = await translate_hop(request, service, texts, html, source, target,
-                                                  fields.get("glossary_id"), key, charge=True)
-    elif fields.get("glossary_id"):
-        raise ApiError(400, f"A glossary is not available through a pivot ({source}->{pivot}->{target}).")
-    else:  # no model for source -> target: through the pivot language, as Argos does
-        middle, sources = await translate_hop(request, service, texts, html, source, pivot, None, key, charge=True)
-        translated, _ = await translate_hop(request, service, middle, html, pivot, target, None, key)
+    # through a pivot when no model translates source -> target (Service.legs)
+    done = await service.translate_texts(request, texts, html, source, target, None, fields.get("glossary_id"), None,
+                                         key, n_best=1, field="text", charge=True)
+    translated, sources = [v[0] for v in done.versions], [m.source for m, _ in done.resolved]
     characters = sum(len(t) for t in texts)
     await service.count_usage(owner_of(key), characters)
     return {"translations": [{"detected_source_language": deepl_code(language), "text": t, "billed_characters": len(x)}
                              for t, x, language in zip(translated, texts, sources)]}
-
-
-async def translate_hop(request: Request, service: Service, texts: list[str], html: bool, source: str, target: str,
-                        glossary_id: str | None, key: str | None, charge: bool = False) -> tuple[list[str], list[str]]:
-    """The texts translated by one model per text (source 'auto': each text's own language), and
-    each text's source language; with `charge`, sentences beyond one a text count against the
-    client's limit."""
-    def terms_of(model):
-        return service.terminology(None, glossary_id, None, key, model)
-
-    done = await service.translate_texts(request, texts, html, source, target, terms_of, n_best=1, field="text",
-                                         charge=charge)
-    return [v[0] for v in done.versions], [m.source for m, _ in done.resolved]
 
 
 @router.get("/languages", summary="Languages (DeepL-compatible)", responses=errors(400))

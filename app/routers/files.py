@@ -21,7 +21,6 @@ from app import documents, markup
 from app.documents.isolated import DocumentError
 from app.errors import ApiError
 from app.forms import read_fields
-from app.glossaries import kept_by_second_leg
 from app.protocol import LTTranslateFileResponse
 from app.routers import ServiceDep, errors
 from model.clean import clean_text
@@ -91,20 +90,15 @@ async def translate_file(request: Request, service: ServiceDep):
         sample = await asyncio.to_thread(lambda: " ".join(
             markup.split_document(t, is_html, spans=False, max_depth=s.max_html_depth).text
             for t, is_html in zip(texts[:20], html))) if source == "auto" else ""
-        pivot = service.registry.pivot(source, target) if source != "auto" else None
-        if pivot and _optional_text(fields, "glossary_id"):
-            raise ApiError(400, f"a stored glossary (glossary_id) is not available through a pivot ({source}->{pivot}->"
-                           f"{target}); send its entries as glossary")
-        legs = [(source, pivot), (pivot, target)] if pivot else [(source, target)]
-        glossary, keep = fields.get("glossary"), fields.get("do_not_translate")
-        for leg, (leg_source, leg_target) in enumerate(legs):
-            model, _ = service.resolve(leg_source, leg_target, sample)
-            terms = await service.terminology(glossary, _optional_text(fields, "glossary_id"), keep,
+        glossary_id = _optional_text(fields, "glossary_id")
+        # through a pivot when no model translates source -> target (Service.legs)
+        for leg in service.legs(source, target, {"a stored glossary (glossary_id)": bool(glossary_id)}):
+            model, _ = service.resolve(leg.source, leg.target, sample)
+            glossary, keep = service.leg_terms(leg, fields.get("glossary"), fields.get("do_not_translate"))
+            terms = await service.terminology(glossary, glossary_id if leg.first else None, keep,
                                               key or request.headers.get("x-api-key"), model)
-            if leg == 0 and pivot:  # the second leg keeps the glossary's target terms as written
-                glossary, keep = None, kept_by_second_leg(terms)
             texts = await _translate_texts(request, service, model, texts, html, terms, upload.filename, started,
-                                           charge=leg == 0)
+                                           charge=leg.first)
     except markup.TooDeep as e:
         raise ApiError(400, f"{upload.filename}: {e}") from None
     try:

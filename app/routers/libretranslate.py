@@ -40,7 +40,6 @@ from app.protocol import (
 )
 from app.registry import reported_code
 from app.routers import ServiceDep, errors
-from app.service import Service
 
 router = APIRouter(tags=["libretranslate"])
 
@@ -70,47 +69,20 @@ async def translate(request: Request, service: ServiceDep):
     detected language (app/language.py)."""
     body = await read_body(request, LTTranslateRequest)
     texts = [body.q] if isinstance(body.q, str) else body.q
-    char_limit = await service.admit(request, body.api_key or request.headers.get("x-api-key"), cost=len(texts))
-    pivot = service.registry.pivot(body.source, body.target) if body.source != "auto" else None
-    if pivot is None:
-        return await translate_texts(request, service, body, texts, char_limit, charge=True)
-    # no model for source -> target: through the pivot, as Argos does. A glossary's target terms,
-    # written by the first leg, are kept as written by the second.
-    through = f"{body.source}->{pivot}->{body.target}"
-    if body.alternatives or body.glossary_id:
-        raise ApiError(400, f"{'alternatives' if body.alternatives else 'a stored glossary (glossary_id)'} is not "
-                       f"available through a pivot ({through}); send its entries as glossary")
-    first = await translate_texts(request, service, body.model_copy(update={"target": pivot}), texts, char_limit,
-                                  charge=True)
-    keep = service.second_leg_terms(body.glossary, body.do_not_translate)
-    second_body = body.model_copy(update={"source": pivot, "glossary": None, "glossary_id": None,
-                                          "do_not_translate": keep})
-    middle = [first.translatedText] if isinstance(body.q, str) else first.translatedText
-    second = await translate_texts(request, service, second_body, middle, char_limit)
-    return LTTranslateResponse(translatedText=second.translatedText, terms=first.terms)
-
-
-async def translate_texts(request: Request, service: Service, body: LTTranslateRequest, texts: list[str],
-                          char_limit: int, charge: bool = False) -> LTTranslateResponse:
-    """/translate's work for one model per text (one hop); with `charge`, its sentences beyond one a
-    text are counted against the client's limit (the first hop of a pivot: once a request)."""
-    html = body.format == "html"
-    # html without text comes back as it is
-    texts = service.accept_texts(texts, "q", allow_blank=html, char_limit=char_limit)
     key = body.api_key or request.headers.get("x-api-key")
-
-    def terms_of(model):
-        return service.terminology(body.glossary, body.glossary_id, body.do_not_translate, key, model)
-
-    done = await service.translate_texts(request, texts, html, body.source, body.target, terms_of,
-                                         n_best=body.alternatives + 1, field="q", charge=charge)
+    char_limit = await service.admit(request, key, cost=len(texts))
+    html = body.format == "html"
+    texts = service.accept_texts(texts, "q", allow_blank=html, char_limit=char_limit)  # html without text: as it is
+    # through a pivot when no model translates source -> target (Service.legs)
+    done = await service.translate_texts(request, texts, html, body.source, body.target, body.glossary,
+                                         body.glossary_id, body.do_not_translate, key, n_best=body.alternatives + 1,
+                                         field="q", charge=True)
     translated = [v[0] for v in done.versions]
     alternatives = [v[1:] for v in done.versions] if body.alternatives else None
     detected = None if body.source != "auto" else [
         DetectedLanguage(confidence=round(confidence, 1), language=reported_code(model.source))
         for model, confidence in done.resolved]
-    found = await asyncio.to_thread(done.reports, texts)
-    reports = found and [TermsReport(**r) for r in found]
+    reports = done.reports and [TermsReport(**r) for r in done.reports]
     if isinstance(body.q, str):
         return LTTranslateResponse(translatedText=translated[0], alternatives=alternatives and alternatives[0],
                                    detectedLanguage=detected and detected[0], terms=reports and reports[0])

@@ -75,28 +75,27 @@ async def translate(body: TranslateRequest, request: Request, service: ServiceDe
     # the served codes ('pt-BR' -> an Argos model's 'pb'): model ids and alignments name these
     body = body.model_copy(update={"source": service.registry.code(body.source),
                                    "target": service.registry.code(body.target)})
-    pivot = service.registry.pivot(body.source, body.target) if body.source != "auto" else None
-    if pivot is None:
+    # through a pivot when no model translates source -> target (Service.legs)
+    legs = service.legs(body.source, body.target, {"include_attention": body.include_attention,
+                                                   "n_best > 1": body.n_best > 1, "glossary_id": bool(body.glossary_id)})
+    if len(legs) == 1:
         return await translate_one_hop(body, request, service, key, texts, char_limit, start)
-    # no model for source -> target: through the pivot, as Argos does; a glossary's target terms,
-    # written by the first leg, are kept as written by the second
-    through = f"{body.source}->{pivot}->{body.target}"
-    refused = [name for name, asked in (("include_attention", body.include_attention),
-                                        ("n_best > 1", body.n_best > 1), ("glossary_id", body.glossary_id)) if asked]
-    if refused:
-        raise ApiError(400, f"{', '.join(refused)}: not available through a pivot ({through}) yet")
-    first = await translate_one_hop(body.model_copy(update={"target": pivot}), request, service, key, texts,
-                                    char_limit, start)
-    keep = service.second_leg_terms(body.glossary, body.do_not_translate)
+
+    def on(leg):  # the request as one leg translates it: its languages and terms
+        glossary, keep = service.leg_terms(leg, body.glossary, body.do_not_translate)
+        return body.model_copy(update={"source": leg.source, "target": leg.target, "glossary": glossary,
+                                       "do_not_translate": keep})
+
+    first = await translate_one_hop(on(legs[0]), request, service, key, texts, char_limit, start)
     middle = [t.text for t in first.translations]
-    second = await translate_one_hop(body.model_copy(update={"source": pivot, "glossary": None, "do_not_translate": keep}),
-                                     request, service, key, middle, char_limit, start)
-    for out, leg in zip(second.translations, first.translations):
-        out.terms = leg.terms
+    second = await translate_one_hop(on(legs[1]), request, service, key, middle, char_limit, start)
+    pivot = legs[0].target
+    for out, before in zip(second.translations, first.translations):
+        out.terms = before.terms  # the request's terms, as the first leg applied them
         if body.alignments:  # each leg's own, and their composition source -> target
-            out.leg_alignment_ids = [leg.alignment_id, out.alignment_id]
-            legs = [await service.alignments.get(i) if i else None for i in out.leg_alignment_ids]
-            composed = compose(*legs, f"{body.source}-{body.target}") if all(legs) else None
+            out.leg_alignment_ids = [before.alignment_id, out.alignment_id]
+            stored = [await service.alignments.get(i) if i else None for i in out.leg_alignment_ids]
+            composed = compose(*stored, f"{body.source}-{body.target}") if all(stored) else None
             out.alignment_id = await service.alignments.put(composed, service.owner(request)) if composed else None
     timing = Timing(queue_ms=first.timing.queue_ms + second.timing.queue_ms,
                     compute_ms=first.timing.compute_ms + second.timing.compute_ms,

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from model.config import MAX_BEAM, MAX_LENGTH_PENALTY
+from model.options import MAX_REPETITION_PENALTY
 
 Attention = list[list[list[list[float]]]]
 ATTENTION_DOC = "Cross-attention as [layer][head][target token][source token]; each row sums to 1."
@@ -59,6 +60,9 @@ class TranslateRequest(TermsFields):
     max_length: int | None = Field(None, ge=1, le=1024, description="Most tokens to generate (EOS included), in "
                                    "place of the default 1.5 x source length + 10 (at most 256); never more than "
                                    "the model's positions.", examples=[None])
+    repetition_penalty: float = Field(1.0, ge=1.0, le=MAX_REPETITION_PENALTY, description="A token a hypothesis "
+                                      "wrote already has its logit divided by this (multiplied when negative), "
+                                      "CTRL's repetition penalty; 1 is none.", examples=[1.0])
     alignments: bool = Field(False, description="Store each hypothesis's attention and return an alignment_id "
                              "for GET /v1/alignments/{id}.", examples=[False])
     include_attention: bool = Field(False, description="Return the best hypothesis's attention and tokens inline.",

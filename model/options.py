@@ -1,7 +1,7 @@
 """How to decode: one object from the HTTP request to the search, one name per option.
 
 The service builds it from a request (app/routers), batches by it (app/scheduler.py's BatchKey,
-whose every field the translation cache hashes), the worker hands it to `Translator.translate`,
+whose every field the translation cache hashes), the worker hands it to `Translator.decode_all`,
 and the Translator turns it into `beam_search`'s arguments in one place (`Translator.translate_ids`).
 A new option is a field here, its use in the search, and the HTTP field that sets it.
 """
@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from model.config import MAX_BEAM
+
+MAX_REPETITION_PENALTY = 10.0
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,9 @@ class DecodingOptions:
     # most new target tokens, EOS included; None: the Translator's a * source length + b, capped
     max_length: int | None = None
     min_length: int = 0  # EOS is not allowed before this many new tokens
+    # a token the hypothesis already wrote has its logit divided by this (multiplied when negative): CTRL's
+    # repetition penalty (Keskar et al., 2019); 1 is none
+    repetition_penalty: float = 1.0
     attention: bool = False  # return each hypothesis's encoder-decoder attention (layers, heads, target, source)
 
     def __post_init__(self):
@@ -33,3 +38,6 @@ class DecodingOptions:
             raise ValueError(f"max_length must be at least 1, got {self.max_length}")
         if self.min_length < 0:
             raise ValueError(f"min_length must be at least 0, got {self.min_length}")
+        if not 1.0 <= self.repetition_penalty <= MAX_REPETITION_PENALTY:
+            raise ValueError(f"repetition_penalty must be between 1 and {MAX_REPETITION_PENALTY:g}, "
+                             f"got {self.repetition_penalty}")

@@ -266,10 +266,13 @@ def beam_search(
     return_attention: bool = False,
     min_new_tokens: int = 0,
     select_fn: SelectFn = select,
+    repetition_penalty: float = 1.0,
 ) -> list[list[Hypothesis]]:
     """src: (B, S) PAD-padded source ids. max_new_tokens: cap per sentence (EOS included),
     an int or a (B,) tensor. min_new_tokens: EOS is banned while fewer tokens than this have
     been generated (as `generate(min_new_tokens=...)`; a cap below it still ends a sentence).
+    repetition_penalty: each beam's logits of the tokens it wrote already are penalized
+    (`penalize_repeats`) before the selection; 1 is none.
     select_fn: the step after the decoder, `select` or one with its contract (kernels.select).
     Returns per sentence its n_best hypotheses, best first."""
     c = model.config
@@ -301,10 +304,14 @@ def beam_search(
     pool_ref = torch.zeros(B_orig, k, dtype=torch.long, device=device)
     finished: list[tuple[Tensor, Tensor, Tensor]] = []  # (sentences, their pool scores, pool refs)
     steps: list[StepRecord] = []
+    written = None  # (N, V) bool: the columns each beam wrote so far, with a repetition penalty
 
     for t in range(T_cap):
         B = sent.numel()
         logits, attn = model.decode_step(tokens, cache, need_weights=return_attention)  # (N, V)
+        if repetition_penalty != 1.0:
+            written = torch.zeros_like(logits, dtype=torch.bool) if written is None else written
+            logits = penalize_repeats(logits, written, repetition_penalty)
         banned = banned_late if t >= min_new_tokens else banned_early
         chosen, any_done, in_place = select_fn(logits, run_scores, pool_scores, pool_ref, max_len, t, banned,
                                                eos_col, length_penalty)
@@ -317,6 +324,9 @@ def beam_search(
         steps.append(step)
         run_scores, pool_scores, pool_ref = chosen.run_scores, chosen.pool_scores, chosen.pool_ref
         tokens, parents, done = next_tokens, chosen.parents, chosen.done
+        if written is not None:  # each new beam: its parent's columns, and the one it writes now
+            written = written.view(B, k, -1)[torch.arange(B, device=device)[:, None], parents].view(B * k, -1)
+            written[torch.arange(B * k, device=device), chosen.tokens.view(-1)] = True
         if any_done:
             finished.append((sent[done], pool_scores[done], pool_ref[done]))
             alive = (~done).nonzero()[:, 0]
@@ -325,10 +335,18 @@ def beam_search(
             sent, parents, tokens = sent[alive], parents[alive], tokens.view(B, k)[alive].view(-1)
             run_scores, max_len = run_scores[alive], max_len[alive]
             pool_scores, pool_ref = pool_scores[alive], pool_ref[alive]
+            if written is not None:
+                written = written.view(B, k, -1)[alive].view(alive.numel() * k, -1)
             cache.reorder((alive[:, None] * k + parents).view(-1), sources=alive)
         elif not in_place:
             cache.reorder((first_row[:B] + parents).view(-1))
     return read_back(steps, finished, n_best, 2 * k, c.eos_id, source_len, B_orig)
+
+
+def penalize_repeats(logits: Tensor, written: Tensor, penalty: float) -> Tensor:
+    """CTRL's repetition penalty (Keskar et al., 2019): the logit of a token its beam wrote
+    already is divided by `penalty` when positive, multiplied when negative. logits, written: (N, V)."""
+    return torch.where(written, torch.where(logits > 0, logits / penalty, logits * penalty), logits)
 
 
 def search_caps(src: Tensor, beam_size: int, n_best: int, max_new_tokens: Tensor | int) -> Tensor:

@@ -247,14 +247,14 @@ class Translator:
         caps = torch.tensor([self.length_cap(len(x), options.max_length) for x in ids]).to(self.device)
         o = options if options.length_penalty is not None else replace(options, length_penalty=self.length_penalty)
         with inference_attention_backends(self.device):
-            if self.graphed_search is not None:
+            if self.graphed_search is not None and o.repetition_penalty == 1.0:  # the graph has no penalty
                 return self.graphed_search(src.to(self.device), o.beam_size, o.n_best, o.length_penalty, caps,
                                            o.attention, o.min_length)
             decoder = self.decoder
             if self.shortlist is not None:
                 decoder = decoder.shortlisted(self.shortlist.columns(ids, always=[self.config.eos_id]).to(self.device))
             return beam_search(decoder, src.to(self.device), o.beam_size, o.n_best, o.length_penalty, caps, o.attention,
-                               o.min_length, self.select_fn)
+                               o.min_length, self.select_fn, o.repetition_penalty)
 
 
 def as_decoded(h: Hypothesis, attention: bool) -> Decoded:

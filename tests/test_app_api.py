@@ -96,6 +96,17 @@ def test_translate_list_with_alternatives_alignments_and_attention(client, offli
         torch.testing.assert_close(attention.sum(-1), torch.ones(attention.shape[:3]), atol=2e-3, rtol=0)
 
 
+def test_a_repetition_penalty_decodes_as_the_library_does(client, offline):
+    texts = ["Hello world, this is a small test sentence.", "Open the file and the file."]
+    for penalty in (1.0, 3.0):
+        body = translate(client, text=texts, beam_size=3, n_best=2, repetition_penalty=penalty)
+        expected = offline.translate(texts, beam_size=3, n_best=2, repetition_penalty=penalty)
+        for out, result in zip(body["translations"], expected, strict=True):
+            assert [out["text"]] + [a["text"] for a in out["alternatives"]] == [h.text for h in result.hypotheses]
+    texts_of = lambda body: [[t["text"]] + [a["text"] for a in t["alternatives"]] for t in body["translations"]]  # noqa: E731
+    assert texts_of(body) != texts_of(translate(client, text=texts, beam_size=3, n_best=2))  # it did something
+
+
 def test_a_models_own_length_penalty_is_the_default(client):
     models = {m["id"]: m for m in client.get("/v1/models").json()["models"]}
     assert (models["de-en"]["length_penalty"], models["en-de"]["length_penalty"]) == (2.5, 1.0)
@@ -212,6 +223,7 @@ def test_bad_options(client):
     assert post(beam_size=2, n_best=3) == "n_best (3) must be at most beam_size (2)"
     assert "length_penalty" in post(length_penalty=-1)
     assert "max_length" in post(max_length=0)
+    assert "repetition_penalty" in post(repetition_penalty=0.5) and "repetition_penalty" in post(repetition_penalty=11)
     message = post(target="fr")
     assert "'en' to 'fr'" in message and "de-en, en-de" in message
     # 'auto' on a text too short to tell: the likeliest served source language, not a refusal

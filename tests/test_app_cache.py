@@ -100,7 +100,8 @@ def test_every_decoding_option_changes_the_cache_key():
 
     cache = TranslationCache(MemoryStorage(), 60.0, {"en-de": "weights-a", "de-en": "weights-b"})
     base = BatchKey("en-de", DecodingOptions(beam_size=4, n_best=1, length_penalty=1.0))
-    other = {"beam_size": 5, "n_best": 2, "length_penalty": 1.2, "max_length": 9, "min_length": 3, "attention": True}
+    other = {"beam_size": 5, "n_best": 2, "length_penalty": 1.2, "max_length": 9, "min_length": 3, "attention": True,
+             "repetition_penalty": 1.3}
     assert {f.name for f in fields(DecodingOptions)} == set(other), "a new decoding option needs a value here"
     assert {f.name for f in fields(BatchKey)} == {"model", "options"}
     keys = {cache.key(base, "int8", [5, 6, 3]), cache.key(BatchKey("de-en", base.options), "int8", [5, 6, 3])}

@@ -168,7 +168,8 @@ def padded(sources: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tens
     return ids, ids != pad
 
 
-def hf_generate(model: MarianMTModel, sources, beam: int, n_best: int, max_new: int, min_new: int = 0):
+def hf_generate(model: MarianMTModel, sources, beam: int, n_best: int, max_new: int, min_new: int = 0,
+                repetition_penalty: float = 1.0):
     """HF outputs as per-sentence lists of (tokens without EOS, ended_with_eos, score, log_prob)."""
     pad = model.config.pad_token_id
     ids, mask = padded(sources, pad)
@@ -176,7 +177,7 @@ def hf_generate(model: MarianMTModel, sources, beam: int, n_best: int, max_new: 
         input_ids=ids, attention_mask=mask, num_beams=beam, num_return_sequences=n_best, early_stopping=True,
         max_new_tokens=max_new, min_new_tokens=min_new, max_length=None, min_length=0, do_sample=False,
         length_penalty=1.0, forced_eos_token_id=None, forced_bos_token_id=None, bad_words_ids=[[pad]],
-        no_repeat_ngram_size=0, repetition_penalty=1.0, decoder_start_token_id=pad, eos_token_id=EOS,
+        no_repeat_ngram_size=0, repetition_penalty=repetition_penalty, decoder_start_token_id=pad, eos_token_id=EOS,
         pad_token_id=pad, use_cache=True, return_dict_in_generate=True, output_scores=True, output_logits=True,
     )
     results = []
@@ -195,9 +196,10 @@ def hf_generate(model: MarianMTModel, sources, beam: int, n_best: int, max_new: 
     return [results[i * n_best : (i + 1) * n_best] for i in range(ids.size(0))]
 
 
-def our_generate(translator: Translator, sources, beam: int, n_best: int, max_new: int, min_new: int = 0):
+def our_generate(translator: Translator, sources, beam: int, n_best: int, max_new: int, min_new: int = 0,
+                 repetition_penalty: float = 1.0):
     res = translator.translate(sources, beam_size=beam, n_best=n_best, length_penalty=1.0, max_length=max_new,
-                               min_length=min_new)
+                               min_length=min_new, repetition_penalty=repetition_penalty)
     return [[(h.token_ids, h.ended_with_eos, h.score, h.log_prob) for h in r.hypotheses] for r in res]
 
 
@@ -290,6 +292,51 @@ def test_min_length_matches_generate(pair, beam, n_best):
     assert_same_outputs(ours, hf_out, f"min length, beam {beam}, n_best {n_best}")
     assert any(h[1] and len(h[0]) + 1 < min_new for hyps in free for h in hyps), "nothing ended early anyway"
     assert all(len(h[0]) + h[1] >= min_new for hyps in ours for h in hyps)
+
+
+def test_greedy_repetition_penalty_matches_generate(pair):
+    """Greedy search with a repetition penalty writes generate's tokens (both penalize the raw
+    logits of the tokens written so far; in beam search generate penalizes log-probabilities and
+    we do not: only greedy is compared), and the penalty changes what is written."""
+    hf, translator, _ = pair
+    free = our_generate(translator, SOURCES, 1, 1, MAX_NEW)
+    for penalty in (1.5, 4.0):
+        hf_out = hf_generate(hf, SOURCES, 1, 1, MAX_NEW, repetition_penalty=penalty)
+        ours = our_generate(translator, SOURCES, 1, 1, MAX_NEW, repetition_penalty=penalty)
+        for i, (o, h) in enumerate(zip(ours, hf_out)):
+            assert (o[0][0], o[0][1]) == (h[0][0], h[0][1]), f"penalty {penalty}, sentence {i}"
+    assert [o[0][0] for o in ours] != [f[0][0] for f in free], "the penalty changed nothing"
+    repeats = lambda out: sum(len(h[0][0]) - len(set(h[0][0])) for h in out)  # noqa: E731
+    assert repeats(ours) < repeats(free)
+
+
+def test_beam_search_penalizes_each_beam_by_its_own_tokens(pair):
+    """Beam search with a repetition penalty: each hypothesis's log-prob is what the model gives
+    its tokens, step by step, with the penalty on the tokens of its own prefix (so the search kept
+    each beam's written tokens through the reorders and the sentences that finished early)."""
+    _, translator, _ = pair
+    model, penalty = translator.model, 3.0
+    results = translator.translate(SOURCES, beam_size=4, n_best=4, length_penalty=1.0, max_length=MAX_NEW,
+                                   repetition_penalty=penalty)
+    checked = 0
+    for source, result in zip(SOURCES, results):
+        src = torch.tensor([source])
+        with torch.no_grad():
+            memory, src_mask = model.encode(src)
+            for h in result.hypotheses:
+                written = h.token_ids + ([EOS] if h.ended_with_eos else [])
+                tgt = torch.tensor([[model.config.decoder_start_id] + written[:-1]])
+                logits, _ = model.decode(tgt, memory, src_mask)  # (1, T, V)
+                log_prob = 0.0
+                for t, token in enumerate(written):
+                    row = logits[0, t].clone()
+                    seen = torch.tensor(sorted(set(written[:t])), dtype=torch.long)
+                    if len(seen):
+                        row[seen] = torch.where(row[seen] > 0, row[seen] / penalty, row[seen] * penalty)
+                    log_prob += float(row.log_softmax(-1)[token])
+                assert h.log_prob == pytest.approx(log_prob, abs=1e-3), (source, h.token_ids)
+                checked += 1
+    assert checked == 4 * len(SOURCES)
 
 
 @pytest.mark.parametrize("beam", [1, 4])

@@ -134,7 +134,8 @@ async def translate_one_hop(body: TranslateRequest, request: Request, service: S
     plans = await asyncio.to_thread(service.prepare, model, texts, "text", terms)  # client-sized work
     length_penalty = model.length_penalty if body.length_penalty is None else body.length_penalty
     options = DecodingOptions(body.beam_size, body.n_best, length_penalty, body.max_length,
-                              attention=body.alignments or body.include_attention)
+                              attention=body.alignments or body.include_attention,
+                              repetition_penalty=body.repetition_penalty)
     # a text whose best translation lacks an annotated term: again, its terms as sentinels
     outcome = await service.translate_plans(request, model, plans, options,
                                             partial(service.prepare, model, texts, "text", terms, "spans"))

@@ -73,13 +73,15 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('/src/pyproject
  && pip install -r /tmp/requirements.txt \
  && rm /tmp/requirements.txt
 
-# The package itself (model, app, app/static, and training: the `nmt corpus|train|eval` commands),
+# The package itself (nmt: the command; model, app, app/static, and training: the `nmt corpus|train|eval`
+# commands),
 # installed (not editable) into the venv.
+COPY nmt/ /src/nmt/
 COPY model/ /src/model/
 COPY app/ /src/app/
 COPY training/ /src/training/
 RUN pip install --no-deps /src \
- && python -c "import app.cli, model.translator" \
+ && python -c "import nmt.cli, model.translator" \
  && nmt --help >/dev/null
 
 # ---------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """`nmt` subcommands of the model package: translate, import-marian, import-ct2, import-argos. The
-console script (app/cli.py) adds the offline tooling's (training/) and `serve`."""
+console script (nmt/cli.py) adds the offline tooling's (training/) and the service's (serve, keys)."""
 
 from __future__ import annotations
 

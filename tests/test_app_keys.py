@@ -83,7 +83,7 @@ def test_key_store_round_trip(tmp_path):
 
 def test_nmt_keys_cli(tmp_path):
     db = str(tmp_path / "k.db")
-    run = lambda *args: subprocess.run([sys.executable, "-m", "app.cli", "keys", "--db", db, *args],  # noqa: E731
+    run = lambda *args: subprocess.run([sys.executable, "-m", "nmt", "keys", "--db", db, *args],  # noqa: E731
                                        capture_output=True, text=True)
     added = run("add", "120", "--char-limit", "5000")
     assert added.returncode == 0, added.stderr

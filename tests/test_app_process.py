@@ -41,7 +41,7 @@ def test_server_process_never_imports_torch(tiny_sentinel_checkpoint):
 
 
 def test_nmt_serve_parses_without_loading_the_model_commands():
-    code = ("import sys; from app.cli import main\n"
+    code = ("import sys; from nmt.cli import main\n"
             "try:\n    main(['serve', '--help'])\nexcept SystemExit:\n    pass\n"
             "assert 'torch' not in sys.modules and 'training' not in sys.modules")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

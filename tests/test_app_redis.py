@@ -68,7 +68,7 @@ def start_replica(checkpoint: Path, redis_url: str) -> tuple[str, subprocess.Pop
            "NMT_MAX_WAIT_MS": "2"}
     log = Path(tempfile.gettempdir()) / f"nmt-replica-{port}.log"  # wait_ready shows its tail on a failure
     with open(log, "wb") as out:
-        process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        process = subprocess.Popen([sys.executable, "-m", "nmt", "serve", "--host", "127.0.0.1", "--port", str(port)],
                                    cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)  # `nmt serve`
     process.log = log
     return f"http://127.0.0.1:{port}", process

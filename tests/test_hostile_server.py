@@ -127,7 +127,7 @@ def test_nmt_serve_counts_limits_by_the_peer_not_by_x_forwarded_for(tiny_sentine
         port = s.getsockname()[1]
     env = {**os.environ, "NMT_MODEL_DIRS": str(tiny_sentinel_checkpoint), "NMT_WORKERS": "1",
            "NMT_THREADS_PER_WORKER": "1", "NMT_REQ_LIMIT": "2", "NMT_DETECT_LANGUAGES": "none", "NMT_CACHE": "false"}
-    process = subprocess.Popen([sys.executable, "-c", "from app.cli import main; main()", "serve", "--port", str(port)],
+    process = subprocess.Popen([sys.executable, "-c", "from nmt.cli import main; main()", "serve", "--port", str(port)],
                                cwd=Path(__file__).resolve().parents[1], env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"

@@ -256,7 +256,7 @@ def test_the_service_translates_an_argos_package_as_ctranslate2_does(packages, t
 
     served = next(m.parent for m in (tmp_path / "cache").rglob("metadata.json")
                   if '"target_lang": "de"' in m.read_text())
-    cli = subprocess.run([sys.executable, "-m", "app.cli", "translate", "--model", str(served), "--beam", "4",
+    cli = subprocess.run([sys.executable, "-m", "nmt", "translate", "--model", str(served), "--beam", "4",
                           "--dtype", "float32", "--max-length", "12"], input="\n".join(sources) + "\n",
                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
     assert cli.returncode == 0, cli.stderr

@@ -1,8 +1,8 @@
-"""The `nmt` console script: the model commands (model/cli.py), the offline tooling's (training/:
-corpus, train, eval), `serve` and `keys`.
+"""The `nmt` console script: the model commands (model/cli.py: translate, import-*), the offline
+tooling's (training/: corpus, train, eval, ...) and the service's (app/: serve, keys), siblings.
 
-`nmt serve` and `nmt keys` parse their own options without loading the other commands: the server process never
-imports torch (the worker processes do), and the training commands would bring it in."""
+`nmt serve` and `nmt keys` parse their own options without loading the other commands: the server
+process never imports torch (the worker processes do), and the training commands would bring it in."""
 
 from __future__ import annotations
 

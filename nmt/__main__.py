@@ -1,0 +1,5 @@
+"""`python -m nmt ...`: the `nmt` command."""
+
+from nmt.cli import main
+
+main()

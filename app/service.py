@@ -4,7 +4,7 @@ files, rate-limit counts), and the way from texts to translations.
 A route checks its request (`admit`, `accept_texts`, `resolve`, `terminology`), then hands its
 texts to the text pipeline's first half (model/pipeline.py: `prepare`, or for documents
 `split_documents` and `translate_documents`), `translate_plans` sends the plans' ids to the
-scheduler as one Job and finishes each text when its hypotheses come back (the pipeline's second
+scheduler as one Job (`decode`) and finishes each text when its hypotheses come back (the pipeline's second
 half, here in the server: the worker only decodes). A job waits up to the request's deadline or
 the client's disconnect, whichever comes first; both drop its queued items.
 """
@@ -53,7 +53,7 @@ log = logging.getLogger("uvicorn.error")  # uvicorn configures this one; it is i
 
 @dataclass
 class Outcome:
-    results: list  # per source: its TranslationResult, or its hypotheses (pipeline.Decoded) from `translate`
+    results: list  # per source: its TranslationResult, or its hypotheses (pipeline.Decoded) from `decode`
     queue_s: float
     compute_s: float
 
@@ -551,9 +551,10 @@ class Service:
 
     async def _decode_and_finish(self, request: Request, model: ServedModel, plans: list[pipeline.Plan],
                                  options: DecodingOptions, timeout_s: float | None) -> Outcome:
+        """The plans' ids decoded as one job (`decode`), each finished in a thread (client-sized)."""
         key = BatchKey(model.id, pipeline.decoding(plans, options))
         weights = [plan.needs_attention(model.reader) for plan in plans]
-        outcome = await self.translate(request, key, [plan.ids for plan in plans], weights, timeout_s)
+        outcome = await self.decode(request, key, [plan.ids for plan in plans], weights, timeout_s)
         results = await asyncio.to_thread(lambda: [pipeline.finish(model.reader, plan, hyps, options)
                                                    for plan, hyps in zip(plans, outcome.results)])
         m, hypotheses = self.metrics, [h for r in results for h in r.hypotheses]
@@ -562,7 +563,7 @@ class Service:
         m.repaired.labels(model.id).inc(sum(h.repaired for h in hypotheses))
         return Outcome(results, outcome.queue_s, outcome.compute_s)
 
-    async def translate(self, request: Request, key: BatchKey, sources: list[list[int]], weights: list[bool],
+    async def decode(self, request: Request, key: BatchKey, sources: list[list[int]], weights: list[bool],
                         timeout_s: float | None = None) -> Outcome:
         """Decode `sources` as one job, within `timeout_s` (default NMT_REQUEST_TIMEOUT_S): each
         source's hypotheses (pipeline.Decoded), with attention weights where `weights` says; what

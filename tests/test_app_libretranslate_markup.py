@@ -81,7 +81,7 @@ def test_html_without_text_does_not_call_the_model(client, monkeypatch):
     async def refuse(*args):
         raise AssertionError("the model was called")
 
-    monkeypatch.setattr(client.app.state.service, "translate", refuse)
+    monkeypatch.setattr(client.app.state.service, "decode", refuse)
     q = ["<p></p>", '<p><a href="https://x.y">@</a> :) 123</p>']
     assert lt(client, q=q, format="html", alternatives=1) == {"translatedText": q, "alternatives": [[], []]}
 

@@ -19,7 +19,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
@@ -421,7 +421,7 @@ class Service:
         within_budget, plans = self.cpu_budget(f"masking {field}"), []
         for i in range(len(texts)) if only is None else only:
             plans += self._refused_if_long(model, pipeline.prepare, model.reader, [texts[i]], terms, term_method,
-                                           names=lambda _, i=i: item_name(field, i, len(texts)))
+                                           names=[item_name(field, i, len(texts))])
             within_budget()
         return plans
 
@@ -439,21 +439,18 @@ class Service:
                                           bool(glossary_id)})
         for leg in legs:
             leg_glossary, keep = self.leg_terms(leg, glossary, do_not_translate)
-
-            def terms_of(model, leg_glossary=leg_glossary, keep=keep, leg=leg):
-                return self.terminology(leg_glossary, glossary_id if leg.first else None, keep, key, model)
-
-            done = await self._translate_texts(request, texts, html, leg.source, leg.target, terms_of, n_best, field,
-                                               charge and leg.first)
+            term_args = (leg_glossary, glossary_id if leg.first else None, keep, key)
+            done = await self._translate_texts(request, texts, html, leg, term_args, n_best, field, charge)
             if leg.first:  # what the response reports: the request's own languages and terms
                 resolved, reports = done.resolved, done.reports
             texts = [versions[0] for versions in done.versions]
         return Translated(done.versions, resolved, reports)
 
-    async def _translate_texts(self, request: Request, texts: list[str], html: bool, source: str, target: str,
-                               terms_of: Callable[[ServedModel], Awaitable[Terminology | None]], n_best: int,
-                               field: str, charge: bool) -> Translated:
-        """translate_texts with one model per text (one leg)."""
+    async def _translate_texts(self, request: Request, texts: list[str], html: bool, leg: Leg, term_args: tuple,
+                               n_best: int, field: str, charge: bool) -> Translated:
+        """translate_texts with one model per text (one leg); term_args: `terminology`'s arguments
+        before the model (glossary, glossary_id, do_not_translate, key)."""
+        source, target, charge = leg.source, leg.target, charge and leg.first
         if source == "auto":  # detection reads each text's words, without its markup (off the event loop)
             depth = self.settings.max_html_depth
             readable = await asyncio.to_thread(lambda: [markup.split_document(text, html, spans=False,
@@ -462,7 +459,7 @@ class Service:
             readable = texts
         resolved = await self.resolve_each(source, target, readable, field)
         models = {m.id: m for m, _ in resolved}
-        terms = {model_id: await terms_of(model) for model_id, model in models.items()}
+        terms = {model_id: await self.terminology(*term_args, model) for model_id, model in models.items()}
         documents = await self.split_documents(request, texts, html, [m for m, _ in resolved], terms, field, charge)
         by_model: dict[str, list[int]] = {}
         for i, (model, _) in enumerate(resolved):

@@ -264,7 +264,7 @@ def search_step(model: Transformer, buf: SearchBuffers, need_weights: bool, bann
                        (buf.pool_ref, chosen.pool_ref), (buf.tokens, chosen.tokens), (buf.parents, chosen.parents),
                        (buf.done, chosen.done)):
         state.copy_(now)
-    itself = (chosen.parents == torch.arange(k, device=s.device)) | ~buf.live[:, None]  # (Bb, k)
+    itself = (chosen.parents == buf.own_rows[:k]) | ~buf.live[:, None]  # (Bb, k)
     buf.flags.copy_(torch.stack([(chosen.done & buf.live).any(), itself.all()]))
     buf.t.add_(1)
     s.add_(1)
@@ -368,7 +368,7 @@ class GraphedBeamSearch:
         with self._lock:
             self._free.setdefault(buffers.bucket, []).append(buffers)
             self._free.move_to_end(buffers.bucket)
-            while sum(b.nbytes for free in self._free.values() for b in free) > min(self.keep_bytes, _KEEP_BYTES):
+            while sum(b.nbytes for free in self._free.values() for b in free) > self.keep_bytes:
                 oldest = next(iter(self._free))
                 self._free[oldest].pop(0)
                 if not self._free[oldest]:

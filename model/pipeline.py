@@ -56,7 +56,7 @@ class Reader:
     max_source_tokens: int  # the longest source it reads, EOS included
 
     def has_sentinel(self, ids: list[int]) -> bool:
-        return self.tokenizer.has_sentinels and any(i in self.tokenizer.sentinel_ids for i in ids)
+        return self.tokenizer.has_sentinels and not self.tokenizer.sentinel_ids.isdisjoint(ids)
 
 
 @dataclass
@@ -109,13 +109,13 @@ def mask(reader: Reader, text: str, terms: Terminology | None = None, annotate: 
 
 def prepare(reader: Reader, sources: list[str] | list[list[int]],
             terms: Terminology | list[Terminology | None] | None = None, term_method: str = "auto",
-            names: Callable[[int], str] | None = None) -> list[Plan]:
+            names: list[str] | None = None) -> list[Plan]:
     """The first half: each source (a text, or EOS-terminated ids) as the model reads it, and its
     plan. A text: cleaned, protected spans masked (or taken out, for a model without sentinel
     pieces), glossary terms as spans or inline (term_method: "spans", "annotate", or "auto":
     inline for a model that reads them, its beams chosen by whether they write the terms).
     Then, for a text or ids, without its accelerator mark and in sentence case when written in
-    capitals. SourceTooLong for a source outside the model's length (`names(i)` names source i)."""
+    capitals. SourceTooLong for a source outside the model's length (`names[i]` names source i)."""
     if term_method not in TERM_METHODS:
         raise ValueError(f"term_method must be auto, annotate or spans, got {term_method!r}")
     each_terms = terms if isinstance(terms, list) else [terms] * len(sources)
@@ -124,7 +124,7 @@ def prepare(reader: Reader, sources: list[str] | list[list[int]],
     plans = []
     for i, (source, own) in enumerate(zip(sources, each_terms)):
         if not isinstance(source, str):
-            plans.append(read(reader, Plan(source, list(source)), names(i) if names else f"source {i}"))
+            plans.append(read(reader, Plan(source, list(source)), names[i] if names else f"source {i}"))
             continue
         annotated = bool(own and own.glossary) and reader.reads_annotations and term_method != "spans"
         masked = mask(reader, source, own, annotated)
@@ -137,7 +137,7 @@ def prepare(reader: Reader, sources: list[str] | list[list[int]],
                 stripped, masked = found, protect.Masked(found.text)
         missed = partial(lacks_terms, masked) if annotated and term_method == "auto" else None
         plan = Plan(source, [], masked, stripped, terms=own, missed=missed)
-        plans.append(read(reader, plan, names(i) if names else f"source {i}"))
+        plans.append(read(reader, plan, names[i] if names else f"source {i}"))
     return plans
 
 
@@ -223,12 +223,13 @@ def to_result(reader: Reader, source_ids: list[int], hyps: list[Decoded], with_a
     tok = reader.tokenizer
     source_pieces = tok.source_pieces(source_ids)
     result = TranslationResult(source_tokens=source_pieces)
+    source_sentinels = reader.has_sentinel(source_ids)
     for h in hyps:
         pieces = tok.target_pieces(h.token_ids)
         # a term tag the model wrote is no text
         t = Translation(strip_tags(tok.decode_target(h.token_ids)), pieces, h.token_ids, h.score, h.log_prob,
                         h.ended_with_eos)
-        repairable = tok.has_sentinels and (reader.has_sentinel(source_ids) or reader.has_sentinel(h.token_ids))
+        repairable = source_sentinels or reader.has_sentinel(h.token_ids)
         weights = h.weights if repairable or marked else None  # (T, S)
         text_pieces, text_weights = pieces, weights  # the pieces of t.text, and their attention rows
         if repairable:

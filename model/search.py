@@ -325,8 +325,8 @@ def beam_search(
         run_scores, pool_scores, pool_ref = chosen.run_scores, chosen.pool_scores, chosen.pool_ref
         tokens, parents, done = next_tokens, chosen.parents, chosen.done
         if written is not None:  # each new beam: its parent's columns, and the one it writes now
-            written = written.view(B, k, -1)[torch.arange(B, device=device)[:, None], parents].view(B * k, -1)
-            written[torch.arange(B * k, device=device), chosen.tokens.view(-1)] = True
+            written = written.index_select(0, (first_row[:B] + parents).view(-1))
+            written.scatter_(1, chosen.tokens.view(-1, 1), True)
         if any_done:
             finished.append((sent[done], pool_scores[done], pool_ref[done]))
             alive = (~done).nonzero()[:, 0]

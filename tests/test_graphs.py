@@ -129,13 +129,11 @@ def test_the_translator_translates_the_same_through_the_graphed_search(tiny_sent
                 torch.testing.assert_close(rb.hypotheses[0].attention, ra.hypotheses[0].attention, atol=1e-5, rtol=1e-4)
 
 
-def test_free_buffers_past_the_byte_budget_are_dropped(monkeypatch):
-    import model.graphs
-
+def test_free_buffers_past_the_byte_budget_are_dropped():
     graphed = GraphedBeamSearch(tiny(eos_bias=0.0), capture=False)
     graphed(mixed_sources(5), 4, 1, max_new_tokens=15)
     [[buffers]] = graphed._free.values()
-    monkeypatch.setattr(model.graphs, "_KEEP_BYTES", buffers.nbytes)  # room for this set (8 sentences)
+    graphed.keep_bytes = buffers.nbytes  # room for this set (8 sentences)
     graphed(mixed_sources(3), 4, 1, max_new_tokens=15)  # another bucket (4 sentences): both do not fit
     assert [b.sentences for b in graphed._free] == [4]  # the least recently used went
     graphed.release()  # what a worker does after running out of memory

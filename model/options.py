@@ -2,7 +2,7 @@
 
 The service builds it from a request (app/routers), batches by it (app/scheduler.py's BatchKey,
 whose every field the translation cache hashes), the worker hands it to `Translator.decode_all`,
-and the Translator turns it into `beam_search`'s arguments in one place (`Translator.translate_ids`).
+and `model/strategies.py` picks the search that decodes it in one place (`make_search`).
 A new option is a field here, its use in the search, and the HTTP field that sets it.
 """
 

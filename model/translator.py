@@ -25,8 +25,9 @@ from model.graphs import GraphedBeamSearch
 from model.options import DecodingOptions
 from model.pipeline import Decoded
 from model.results import TranslationResult
-from model.search import Hypothesis, IncrementalDecoder, SelectFn, beam_search, select
+from model.search import Hypothesis, IncrementalDecoder, SelectFn, select
 from model.shortlist import Shortlist
+from model.strategies import make_search
 from model.terms import Terminology
 from model.tokenizer import Tokenizer
 from model.transformer import Transformer, attention, inference_attention_backends
@@ -238,23 +239,20 @@ class Translator:
         return [[as_decoded(h, options.attention) for h in each] for each in hyps]
 
     def translate_ids(self, ids: list[list[int]], options: DecodingOptions) -> list[list[Hypothesis]]:
-        """Hypotheses of EOS-terminated source ids, one batch: the options turned into the search's
-        arguments (its names are Hugging Face `generate`'s: max_new_tokens, min_new_tokens, ...)."""
+        """Hypotheses of EOS-terminated source ids, one batch, by the search the options name
+        (model/strategies.py), on this Translator's engine."""
         S = max(len(x) for x in ids)
         src = torch.full((len(ids), S), self.config.pad_id, dtype=torch.long)
         for row, x in enumerate(ids):
             src[row, : len(x)] = torch.tensor(x)
         caps = torch.tensor([self.length_cap(len(x), options.max_length) for x in ids]).to(self.device)
         o = options if options.length_penalty is not None else replace(options, length_penalty=self.length_penalty)
+        columns = None  # the target pieces this batch may write, with a shortlist
+        if self.shortlist is not None:
+            columns = self.shortlist.columns(ids, always=[self.config.eos_id]).to(self.device)
+        search = make_search(o, self.decoder, self.select_fn, self.graphed_search, columns)  # model/strategies.py
         with inference_attention_backends(self.device):
-            if self.graphed_search is not None and o.repetition_penalty == 1.0:  # the graph has no penalty
-                return self.graphed_search(src.to(self.device), o.beam_size, o.n_best, o.length_penalty, caps,
-                                           o.attention, o.min_length)
-            decoder = self.decoder
-            if self.shortlist is not None:
-                decoder = decoder.shortlisted(self.shortlist.columns(ids, always=[self.config.eos_id]).to(self.device))
-            return beam_search(decoder, src.to(self.device), o.beam_size, o.n_best, o.length_penalty, caps, o.attention,
-                               o.min_length, self.select_fn, o.repetition_penalty)
+            return search(src.to(self.device), caps)
 
 
 def as_decoded(h: Hypothesis, attention: bool) -> Decoded:

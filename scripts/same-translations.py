@@ -1,15 +1,17 @@
 """Whether this working tree translates byte for byte as another revision does (for refactors).
 
-    .venv/bin/python scripts/same-translations.py REV [--texts FILE]
+    .venv/bin/python scripts/same-translations.py REV [--texts FILE | --corpus DIR] [--parts run serve]
 
 Both trees translate the same texts with the shipped models (en-de, de-en) on the CPU, greedy and
 beam 4 (2 best), with and without a glossary, with the Translator and through the service
 (/v1/translate likewise; LibreTranslate's /translate as text and HTML with an alternative and a
-glossary; DeepL's /v2/translate); each text also in capitals, with an accelerator mark, with `_`
-before a word and in lower case. The texts: FILE (one per line), else a built-in
-list with placeholders, tags, paths, e-mail addresses and URLs. REV is checked out into a
-temporary git worktree; its code runs with this environment's packages. Prints the differences
-and exits 1 when there are any.
+glossary; DeepL's /v2/translate, requests of at most 200 texts); texts also in capitals, with an
+accelerator mark, with `_` before a word and in lower case. The texts: FILE (one per line, both
+models read it), or the test sets of a corpus that `nmt corpus --out DIR` built (test_sw,
+test_general, test_protect: en-de reads their English side, de-en their German side; every 10th
+text also in the four variants), else a built-in list with placeholders, tags, paths, e-mail
+addresses and URLs. REV is checked out into a temporary git worktree; its code runs with this
+environment's packages. Prints the differences and exits 1 when there are any.
 """
 
 from __future__ import annotations
@@ -34,10 +36,11 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 from model.terms import Terminology
 from model.translator import Translator
-texts = json.load(open(sys.argv[2]))
+by_language = json.load(open(sys.argv[2]))
 glossary = Terminology({"file": "Akte", "document": "Schriftstück"}, ["Ctrl+S"])
 out = {}
-for directory in ("checkpoints/en-de", "checkpoints/de-en"):
+for directory, language in (("checkpoints/en-de", "en"), ("checkpoints/de-en", "de")):
+    texts = by_language[language]
     translator = Translator.load(sys.argv[1] + "/" + directory, device="cpu")
     for beam in (1, 4):
         for terms in (None, glossary):
@@ -51,6 +54,7 @@ json.dump(out, open(sys.argv[3], "w"), ensure_ascii=False)
 SERVE = """
 import json, os, sys, tempfile, time
 sys.path.insert(0, sys.argv[1])
+CHUNK = 200
 
 
 def main():
@@ -58,31 +62,43 @@ def main():
     from fastapi.testclient import TestClient
     from app.main import create_app
     from app.settings import Settings
-    texts = json.load(open(sys.argv[2]))
+    by_language = json.load(open(sys.argv[2]))
     settings = Settings(model_dirs=[sys.argv[1] + "/checkpoints/en-de", sys.argv[1] + "/checkpoints/de-en"],
-                        detect_languages=["none"], cache=False, workers=1, device="cpu", max_items=len(texts))
+                        detect_languages=["none"], cache=False, workers=1, device="cpu", max_items=CHUNK)
     glossary = {"file": "Akte", "document": "Schriftstück"}
     out = {}
     with TestClient(create_app(settings)) as client:
         while client.get("/ready").status_code != 200:
             time.sleep(0.1)
+
+        def post(path, texts, body, answers):  # requests of CHUNK texts at most; the answers of all
+            rows = []
+            for i in range(0, len(texts), CHUNK):
+                r = client.post(path, json=body(texts[i: i + CHUNK]))
+                assert r.status_code == 200, r.text
+                rows += answers(r.json())
+            return rows
+
         for source, target in (("en", "de"), ("de", "en")):
+            texts = by_language[source]
             for beam in (1, 4):
                 for terms in (None, glossary):
-                    body = {"text": texts, "source": source, "target": target, "beam_size": beam,
-                            "n_best": min(beam, 2), "glossary": terms}
-                    r = client.post("/v1/translate", json=body).json()
-                    out[f"/v1/translate {source}-{target}, beam {beam}, glossary {terms is not None}"] = [
-                        [t["text"]] + [a["text"] for a in t.get("alternatives", [])] + [repr(t.get("terms"))]
-                        for t in r["translations"]]
+                    out[f"/v1/translate {source}-{target}, beam {beam}, glossary {terms is not None}"] = post(
+                        "/v1/translate", texts,
+                        lambda chunk: {"text": chunk, "source": source, "target": target, "beam_size": beam,
+                                       "n_best": min(beam, 2), "glossary": terms},
+                        lambda r: [[t["text"]] + [a["text"] for a in t.get("alternatives", [])]
+                                   + [repr(t.get("terms"))] for t in r["translations"]])
             for format in ("text", "html"):
-                r = client.post("/translate", json={"q": texts, "source": source, "target": target, "format": format,
-                                                    "alternatives": 1, "glossary": glossary}).json()
-                out[f"/translate {source}-{target}, {format}"] = [[t] + a for t, a in zip(r["translatedText"],
-                                                                                          r["alternatives"])]
-            r = client.post("/v2/translate", json={"text": texts, "source_lang": source.upper(),
-                                                   "target_lang": target.upper()}).json()
-            out[f"/v2/translate {source}-{target}"] = [[t["text"]] for t in r["translations"]]
+                out[f"/translate {source}-{target}, {format}"] = post(
+                    "/translate", texts,
+                    lambda chunk: {"q": chunk, "source": source, "target": target, "format": format,
+                                   "alternatives": 1, "glossary": glossary},
+                    lambda r: [[t] + a for t, a in zip(r["translatedText"], r["alternatives"])])
+            out[f"/v2/translate {source}-{target}"] = post(
+                "/v2/translate", texts,
+                lambda chunk: {"text": chunk, "source_lang": source.upper(), "target_lang": target.upper()},
+                lambda r: [[t["text"]] for t in r["translations"]])
     json.dump(out, open(sys.argv[3], "w"), ensure_ascii=False)
 
 
@@ -98,16 +114,25 @@ def variants(text: str) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("rev", help="the revision to compare with")
-    ap.add_argument("--texts", type=Path, help="one text per line (default: a built-in list)")
+    ap.add_argument("--texts", type=Path, help="one text per line, for both models (default: a built-in list)")
+    ap.add_argument("--corpus", type=Path, help="a corpus directory with test_{sw,general,protect}.{en,de}")
     ap.add_argument("--parts", nargs="+", choices=("run", "serve"), default=["run", "serve"],
                     help="run: the Translator; serve: the service's /v1/translate, /translate (text, html) "
                     "and /v2/translate (default: both)")
     args = ap.parse_args()
-    base = [line.strip() for line in args.texts.read_text().splitlines() if line.strip()] if args.texts else TEXTS
-    texts = [v for text in base for v in variants(text)]
+    if args.corpus:
+        by_language = {}
+        for language in ("en", "de"):
+            base = [line.strip() for name in ("test_sw", "test_general", "test_protect")
+                    for line in (args.corpus / f"{name}.{language}").read_text().splitlines() if line.strip()]
+            by_language[language] = base + [v for text in base[::10] for v in variants(text)[1:]]
+    else:
+        base = [line.strip() for line in args.texts.read_text().splitlines() if line.strip()] if args.texts else TEXTS
+        texts = [v for text in base for v in variants(text)]
+        by_language = {"en": texts, "de": texts}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        (tmp / "texts.json").write_text(json.dumps(texts))
+        (tmp / "texts.json").write_text(json.dumps(by_language))
         (tmp / "run.py").write_text(RUN)
         (tmp / "serve.py").write_text(SERVE)
         other = tmp / "other"
@@ -124,11 +149,14 @@ def main() -> None:
             subprocess.run(["git", "worktree", "remove", "--force", str(other)], cwd=ROOT, check=False)
     differences = 0
     for setting, theirs in outputs["other"].items():
+        texts = by_language["de" if "de-en" in setting else "en"]
+        assert len(theirs) == len(outputs["this"][setting]) == len(texts), setting
         for text, a, b in zip(texts, theirs, outputs["this"][setting]):
             if a != b:
                 differences += 1
                 print(f"{setting}: {text!r}\n  {args.rev}: {a}\n  this tree: {b}")
-    print(f"{len(texts)} texts x {len(outputs['other'])} settings: {differences} differ")
+    sizes = " and ".join(f"{len(texts)} {language}" for language, texts in by_language.items())
+    print(f"{sizes} texts x {len(outputs['other'])} settings: {differences} differ")
     sys.exit(1 if differences else 0)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from functools import partial
@@ -22,7 +21,7 @@ from app.protocol import (
 )
 from app.registry import language_name
 from app.routers import ServiceDep, errors
-from app.service import Service
+from app.service import Service, client_work
 from model.options import DecodingOptions
 from model.results import Translation, TranslationResult
 
@@ -131,7 +130,7 @@ async def translate_one_hop(body: TranslateRequest, request: Request, service: S
                        f"{language_name(resolved[other][0].source)}; send one language per request (or use /translate, "
                        "which translates each text from its own language)")
     terms = await service.terminology(body.glossary, body.glossary_id, body.do_not_translate, key, model)
-    plans = await asyncio.to_thread(service.prepare, model, texts, "text", terms)  # client-sized work
+    plans = await client_work(sum(map(len, texts)), partial(service.prepare, model, texts, "text", terms))
     length_penalty = model.length_penalty if body.length_penalty is None else body.length_penalty
     options = DecodingOptions(body.beam_size, body.n_best, length_penalty, body.max_length,
                               attention=body.alignments or body.include_attention,

@@ -366,7 +366,7 @@ def _columns_of(columns: Tensor, ids: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def read_back(steps: list[StepRecord], finished, n_best: int, n_cand: int, eos_id: int, source_len: list[int],
-               B_orig: int) -> list[list[Hypothesis]]:
+              B_orig: int) -> list[list[Hypothesis]]:
     """Each sentence's n_best pool entries -> Hypotheses, following the back-pointers of `steps`."""
     # the history on the host, once: per step, where each original sentence sits, and its lists
     where, host = {}, []
@@ -376,20 +376,28 @@ def read_back(steps: list[StepRecord], finished, n_best: int, n_cand: int, eos_i
         host.append((where[id(s.sent)], s.scores.tolist(), s.row.tolist(), s.token.tolist(),
                      s.keep.tolist() if s.keep is not None else None))
     results: list[list[Hypothesis]] = [[] for _ in range(B_orig)]
+    paths: list[tuple[Hypothesis, list[tuple[int, int, int]], int]] = []  # with attention: each one's beams
     for sentences, scores, refs in finished:
         for b, row_scores, row_refs in zip(sentences.tolist(), scores.tolist(), refs.tolist()):
             for score, ref in list(zip(row_scores, row_refs))[:n_best]:
                 if score == float("-inf"):
                     break  # fewer than n_best hypotheses exist (tiny vocabularies)
-                results[b].append(_hypothesis(steps, host, b, *divmod(ref, n_cand), score, eos_id, source_len[b]))
+                hypothesis, beams = _hypothesis(host, b, *divmod(ref, n_cand), score, eos_id)
+                results[b].append(hypothesis)
+                paths.append((hypothesis, beams, source_len[b]))
+    if steps and steps[0].attention is not None:
+        for (hypothesis, _, _), attention in zip(paths, attention_along(steps, paths)):
+            hypothesis.attention = attention
     return results
 
 
-def _hypothesis(steps, host, b: int, step: int, cand: int, score: float, eos_id: int, source_len: int) -> Hypothesis:
-    """The hypothesis of sentence b that is candidate `cand` of step `step`: walk back to step 0."""
+def _hypothesis(host, b: int, step: int, cand: int, score: float, eos_id: int
+                ) -> tuple[Hypothesis, list[tuple[int, int, int]]]:
+    """The hypothesis of sentence b that is candidate `cand` of step `step`: walk back to step 0.
+    Also its beams, newest first: (step, the sentence's place in it, the beam that step extended)."""
     where, cand_scores, _, _, _ = host[step]
     log_prob = cand_scores[where[b]][cand]
-    ids, beams = [], []  # newest first: token, and the beam whose step produced it
+    ids, beams = [], []  # newest first
     for s in range(step, -1, -1):
         where, _, row, token, keep = host[s]
         i = where[b]
@@ -400,7 +408,30 @@ def _hypothesis(steps, host, b: int, step: int, cand: int, score: float, eos_id:
             cand = prev_keep[prev_where[b]][row[i][cand]]
     ids.reverse()
     ended_with_eos = ids[-1] == eos_id
-    attention = None
-    if steps[0].attention is not None:  # (L, H, step + 1, source_len)
-        attention = torch.stack([steps[s].attention[i, r, :, :, :source_len] for s, i, r in reversed(beams)], dim=2)
-    return Hypothesis(ids[:-1] if ended_with_eos else ids, score, log_prob, ended_with_eos, attention)
+    return Hypothesis(ids[:-1] if ended_with_eos else ids, score, log_prob, ended_with_eos), beams
+
+
+def attention_along(steps: list[StepRecord], paths) -> list[Tensor]:
+    """Each hypothesis's encoder-decoder attention along its own beams, float32 on the host:
+    (L, H, T, its source length). paths: (hypothesis, its beams newest first, source length).
+    One gather per step of the rows some hypothesis passes through, and one copy to the host
+    (on a GPU, a slice per hypothesis and step would cost a launch each)."""
+    at: list[dict[tuple[int, int], int]] = [{} for _ in steps]  # per step: (sentence place, beam) -> gathered row
+    for _, beams, _ in paths:
+        for s, i, r in beams:
+            at[s].setdefault((i, r), len(at[s]))
+    offsets, parts = [], []
+    total = 0
+    for s, rows in enumerate(at):
+        offsets.append(total)
+        total += len(rows)
+        if rows:
+            device = steps[s].attention.device
+            i, r = (torch.tensor(column, device=device) for column in zip(*rows))
+            parts.append(steps[s].attention[i, r])  # (rows, L, H, S)
+    gathered = torch.cat(parts).float().cpu()  # (total, L, H, S)
+    out = []
+    for _, beams, source_len in paths:
+        index = torch.tensor([offsets[s] + at[s][(i, r)] for s, i, r in reversed(beams)])
+        out.append(gathered[index, :, :, :source_len].permute(1, 2, 0, 3).contiguous())  # (L, H, T, source_len)
+    return out

@@ -58,9 +58,6 @@ class Search:
     engine: str  # "eager" or "graphed"
     run: Callable[[Tensor, Tensor], list[list[Hypothesis]]]  # (src (B, S), caps (B,)) -> hypotheses per sentence
 
-    def __call__(self, src: Tensor, caps: Tensor) -> list[list[Hypothesis]]:
-        return self.run(src, caps)
-
 
 def make_search(options: DecodingOptions, decoder: IncrementalDecoder, select_fn: SelectFn,
                 graphed: GraphedBeamSearch | None = None, columns: Tensor | None = None) -> Search:

@@ -252,7 +252,7 @@ class Translator:
             columns = self.shortlist.columns(ids, always=[self.config.eos_id]).to(self.device)
         search = make_search(o, self.decoder, self.select_fn, self.graphed_search, columns)  # model/strategies.py
         with inference_attention_backends(self.device):
-            return search(src.to(self.device), caps)
+            return search.run(src.to(self.device), caps)
 
 
 def as_decoded(h: Hypothesis, attention: bool) -> Decoded:

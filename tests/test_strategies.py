@@ -27,7 +27,7 @@ def test_greedy_is_the_argmax_until_eos_or_the_cap():
     src, caps = sources(), torch.tensor([9, 4, 9, 9])
     search = make_search(DecodingOptions(beam_size=1, length_penalty=1.0), m, select)
     assert (search.strategy, search.engine) == ("greedy", "eager")
-    for row, [h] in enumerate(search(src, caps)):
+    for row, [h] in enumerate(search.run(src, caps)):
         assert (h.token_ids, h.ended_with_eos) == greedy_reference(m, src[row], int(caps[row]))
 
 
@@ -41,7 +41,7 @@ def test_the_graphed_engine_decodes_what_the_eager_one_does_and_takes_no_penalty
     search = make_search(options, m, select, GraphedBeamSearch(m, capture=False))
     assert (search.strategy, search.engine) == ("beam", engine)
     expected = beam_search(m, src, 3, 2, 0.6, caps, repetition_penalty=penalty)
-    assert hypotheses(search(src, caps)) == hypotheses(expected)
+    assert hypotheses(search.run(src, caps)) == hypotheses(expected)
 
 
 def test_a_shortlist_is_the_eager_engines_view_of_the_vocabulary():
@@ -50,6 +50,6 @@ def test_a_shortlist_is_the_eager_engines_view_of_the_vocabulary():
     src, caps = sources(), torch.tensor([9, 9, 9, 9])
     columns = torch.tensor([0, 1, 2, 5, 7, 11, 13, 17, 19, 23, 29, 31])
     options = DecodingOptions(beam_size=2, length_penalty=1.0)
-    results = make_search(options, m, select, columns=columns)(src, caps)
+    results = make_search(options, m, select, columns=columns).run(src, caps)
     assert {t for each in results for h in each for t in h.token_ids} <= set(columns.tolist())
     assert hypotheses(results) == hypotheses(beam_search(m.shortlisted(columns), src, 2, 1, 1.0, caps))

@@ -9,8 +9,10 @@ budget. So one job's items may run in several batches, even on several workers a
 each result is put back at its item's index: a job resolves with its own results, in order.
 A batch that fails is retried request by request, so one bad input fails only its own request.
 
-The scheduler knows nothing of models or processes: it awaits `run_batch(key, sources, weights)`,
-which must return one result per source. Tested alone with a fake run_batch.
+The scheduler knows nothing of models or processes: it awaits `run_batch(key, sources, weights,
+deliver)`, which must return one result per source, and may hand a source's result to
+`deliver(index, result)` before (a worker with running batches answers each sentence when it is
+done: its request need not wait for the rest of its batch). Tested alone with a fake run_batch.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ class Job:
         return self.future.done()
 
     def deliver(self, index: int, result: Any) -> None:
-        if self.done:  # cancelled or failed meanwhile: nobody waits for it
+        if self.done or self.results[index] is not None:  # cancelled or failed meanwhile, or delivered
             return
         self.results[index] = result
         self.remaining -= 1
@@ -90,7 +92,7 @@ class _Item:
 
 
 class Scheduler:
-    def __init__(self, run_batch: Callable[[BatchKey, list[list[int]], list[bool]], Awaitable[list[Any]]], slots: int,
+    def __init__(self, run_batch: Callable[..., Awaitable[list[Any]]], slots: int,
                  batch_tokens: int, max_wait_s: float, max_queue_items: int = 1 << 30,
                  on_batch: Callable[[BatchKey, int, int], None] | None = None):
         self.run_batch, self.slots = run_batch, slots
@@ -244,9 +246,12 @@ class Scheduler:
             self._wake.set()
 
     async def _compute(self, key: BatchKey, batch: list[_Item], isolate: bool) -> None:
+        def deliver(i: int, result: Any) -> None:
+            batch[i].job.deliver(batch[i].index, result)
+
         try:
             results = await self.run_batch(key, [item.job.sources[item.index] for item in batch],
-                                           [item.job.weights[item.index] for item in batch])
+                                           [item.job.weights[item.index] for item in batch], deliver)
             if len(results) != len(batch):
                 raise RuntimeError(f"run_batch returned {len(results)} results for {len(batch)} sources")
         except Exception as e:

@@ -56,6 +56,9 @@ log = logging.getLogger("uvicorn.error")  # uvicorn configures this one; it is i
 # about what preparing 100 characters does (~80 us each on a 2-core Xeon), and 2,000 characters
 # hold the loop for ~1.5 ms; more goes to a thread, so that the loop keeps serving
 INLINE_CHARS = 2_000
+# jobs in flight on a worker with running batches: enough that one job's long sentence does not
+# keep the next requests from its free slots
+RUNNING_JOBS_PER_WORKER = 8
 
 
 async def client_work(chars: int, work: Callable[[], T]) -> T:
@@ -161,16 +164,20 @@ class Service:
         cuda = visible_cuda_devices() if s.device != "cpu" else 0
         self.device_kind, devices, threads = s.worker_layout(cuda)
         batch_tokens = s.batch_token_budget(self.device_kind)
+        running = s.runs_batches(self.device_kind)
         m = self.metrics
         self.pool = WorkerPool(
             {model_id: str(model.directory) for model_id, model in self.registry.models.items()}, devices,
             threads=threads, dtype=s.dtype, batch_tokens=batch_tokens, batch_timeout_s=s.request_timeout_s + 30,
             start_timeout_s=s.worker_start_timeout_s, fault_injection=s.fault_injection,
-            max_loaded=s.max_loaded_models, shortlist=s.shortlist,
+            max_loaded=s.max_loaded_models, shortlist=s.shortlist, running=running, running_slots=s.running_slots,
             on_busy=lambda index, seconds: m.worker_busy.labels(str(index)).inc(seconds))
-        self.scheduler = Scheduler(self.pool.run, slots=len(devices), batch_tokens=batch_tokens,
-                                   max_wait_s=s.max_wait_ms / 1000, max_queue_items=s.max_queue_items,
-                                   on_batch=self._observe_batch)
+        # batch by batch: a job per worker at a time, items waiting max_wait for company; running
+        # batches: jobs go at once, a few per worker in flight (the rest wait here, under the queue limit)
+        slots, max_wait_s = (len(devices) * RUNNING_JOBS_PER_WORKER, 0.0) if running else (len(devices),
+                                                                                          s.max_wait_ms / 1000)
+        self.scheduler = Scheduler(self.pool.run, slots=slots, batch_tokens=batch_tokens, max_wait_s=max_wait_s,
+                                   max_queue_items=s.max_queue_items, on_batch=self._observe_batch)
         m.queue_depth.set_function(lambda: self.scheduler.queued)
         m.batches_in_flight.set_function(lambda: self.scheduler.in_flight)
         m.workers_alive.set_function(lambda: sum(w.alive for w in self.pool.workers))

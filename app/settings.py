@@ -55,6 +55,14 @@ class Settings(BaseSettings):
                               "x beam size. 0: 4096 on the CPU (cache-sized batches decode fastest there), 32768 "
                               "on a GPU (decoding there is bound by kernel launches: on an H200, 8x the batch "
                               "took ~4x the time). A single item over the budget runs alone.")
+    running_batch: Literal["auto", "true", "false"] = Field(
+        "auto", description="Step-level batching in the workers (model/running.py): a request's sentences join the "
+        "batch running on the device at its next step and are answered as soon as each is done, instead of waiting "
+        "for a batch of their own and for its longest sentence. auto: on CUDA (each step one replayed CUDA graph), "
+        "not on the CPU, where the batch-by-batch engine (C++ kernels, shortlist) is faster. Requests with "
+        "min_length or repetition_penalty are decoded batch by batch either way.")
+    running_slots: int = Field(64, ge=1, le=1024, description="Sentences in one running batch (NMT_RUNNING_BATCH); "
+                               "more wait for a free slot.")
     max_wait_ms: float = Field(5.0, ge=0, le=10_000, description="Longest an item waits for company before its "
                                "batch runs anyway, while another batch runs (on an idle server it starts at once).")
     max_items: int = Field(64, ge=1, description="Most texts in one request.")
@@ -179,6 +187,10 @@ class Settings(BaseSettings):
         if self.batch_tokens:
             return self.batch_tokens
         return 32768 if device_kind == "cuda" else 4096
+
+    def runs_batches(self, device_kind: str) -> bool:
+        """Whether the workers keep running batches (running_batch, 'auto' made concrete)."""
+        return self.running_batch == "true" or (self.running_batch == "auto" and device_kind == "cuda")
 
     def worker_layout(self, cuda_devices: int) -> tuple[str, list[str], int]:
         """(device kind, one device string per worker, threads per worker).

@@ -7,18 +7,28 @@ and a crash (segfault, OOM kill, CUDA error) takes down one replica, which is re
 server. Processes are spawned (fork is unsafe with CUDA and with torch's thread pools).
 
 The process itself is app/worker_process.py, the only place torch is imported. Each worker
-talks to the server over a pipe (app/pipe.py): one batch in, its results out. The server side,
-WorkerPool, hands each batch to an idle worker and turns a worker's exception into an error for
-that batch only; a worker that dies or hangs is replaced, and `status()` says so meanwhile.
+talks to the server over a pipe (app/pipe.py). The server side, WorkerPool, turns a worker's
+exception into an error for that job only; a worker that dies or hangs is replaced, and
+`status()` says so meanwhile. Two ways to use a worker:
+
+- batch by batch (the CPU default): each job goes to an idle worker, which decodes it whole and
+  answers it; the worker is the job's alone meanwhile;
+- running batches (`running=True`, the CUDA default; model/running.py): jobs go to the worker
+  with the fewest sentences in flight while it runs others, their sentences join its running
+  batches at step boundaries, and each sentence is answered (`deliver`) as soon as it is done.
+  A thread per worker reads its answers and hands them to the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import multiprocessing
+import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +51,30 @@ def _worker_entry(*args) -> None:
 
 
 @dataclass
+class _Job:
+    """A job in flight on a worker with running batches: answered sentence by sentence."""
+
+    results: list[Any]
+    remaining: int
+    deliver: Callable[[int, Any], None] | None  # (index, hypotheses) as each sentence is done
+    future: asyncio.Future
+
+    def answer(self, index: int, hypotheses: Any) -> None:
+        if self.future.done() or self.results[index] is not None:
+            return
+        self.results[index] = hypotheses
+        self.remaining -= 1
+        if self.deliver is not None:
+            self.deliver(index, hypotheses)
+        if not self.remaining:
+            self.future.set_result(self.results)
+
+    def fail(self, error: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
+
+
+@dataclass
 class Worker:
     index: int
     device: str
@@ -56,6 +90,13 @@ class Worker:
     conn: Any = None
     busy_seconds: float = 0.0
     batches: int = 0
+    jobs: dict[int, _Job] = field(default_factory=dict)  # running batches: the jobs in flight, by id
+    busy_since: float = 0.0  # running batches: since when it has had jobs in flight
+
+    @property
+    def sentences(self) -> int:
+        """Running batches: the sentences in flight, not answered yet."""
+        return sum(job.remaining for job in self.jobs.values())
 
     @property
     def alive(self) -> bool:
@@ -78,7 +119,9 @@ class WorkerPool:
     fault_injection: bool = False
     max_loaded: int = 0  # models a worker keeps loaded (0: all, from the start)
     shortlist: bool = True  # decode over a model's vocabulary shortlist when it has one (CPU)
-    on_busy: Any = None  # callable(worker index, seconds) after every batch
+    running: bool = False  # step-level batching in the workers (model/running.py)
+    running_slots: int = 64  # sentences in one running batch
+    on_busy: Any = None  # callable(worker index, seconds) after every batch, or busy spell with running batches
     workers: list[Worker] = field(init=False)
 
     def __post_init__(self):
@@ -89,6 +132,9 @@ class WorkerPool:
         self._context = multiprocessing.get_context("spawn")
         self._tasks: set[asyncio.Task] = set()
         self._stopping = False
+        self._job_ids = itertools.count()
+        self._ready = asyncio.Event()  # set whenever a worker (re)starts
+        self._send = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nmt-worker-send")  # pipes fill up
 
     def start(self) -> None:
         """Spawn every worker; returns at once (`status()` reports loading)."""
@@ -114,7 +160,12 @@ class WorkerPool:
                 features = reply[2]
                 w.cpu_kernels, w.fused, w.int8_path = features["cpu_kernels"], features["fused"], features["int8_path"]
                 w.dtype, w.loaded = features["dtype"], features.get("loaded", [])
-                self._idle.put_nowait(w)
+                if self.running:
+                    threading.Thread(target=self._read, args=(w, w.conn, asyncio.get_running_loop()),
+                                     name=f"nmt-worker-read-{w.index}", daemon=True).start()
+                else:
+                    self._idle.put_nowait(w)
+                self._ready.set()
                 return
             self._kill(w)
             w.state, w.reason = "failed", reply[1]
@@ -129,7 +180,7 @@ class WorkerPool:
         w.process = self._context.Process(
             target=_worker_entry, name=f"nmt-worker-{w.index}", daemon=True,
             args=(child, self.models, w.device, self.dtype, self.threads, self.batch_tokens, self.fault_injection,
-                  self.max_loaded, self.shortlist))
+                  self.max_loaded, self.shortlist, self.running, self.running_slots))
         w.process.start()
         child.close()  # so that recv sees EOF when the process dies
         loop = asyncio.get_running_loop()
@@ -148,13 +199,18 @@ class WorkerPool:
         if w.conn is not None:
             w.conn.close()
 
-    async def run(self, key: BatchKey, sources: list[list[int]], weights: list[bool]) -> list:
-        """Decode one batch on the next idle worker (waiting for one while all are busy): each
-        source's hypotheses (model/pipeline.Decoded), with attention weights where `weights` says."""
+    async def run(self, key: BatchKey, sources: list[list[int]], weights: list[bool],
+                  deliver: Callable[[int, Any], None] | None = None) -> list:
+        """Decode one job: each source's hypotheses (model/pipeline.Decoded), with attention weights
+        where `weights` says. With running batches `deliver(index, hypotheses)` hears of each
+        source as soon as it is done; batch by batch, the job waits for an idle worker."""
+        if self.running:
+            return await self._run_running(key, sources, weights, deliver)
         w = await self._idle.get()
         w.state = "busy"
         start = time.monotonic()
-        call = asyncio.get_running_loop().run_in_executor(self._io, w.roundtrip, (key, sources, weights))
+        job_id = next(self._job_ids)
+        call = asyncio.get_running_loop().run_in_executor(self._io, w.roundtrip, (job_id, key, sources, weights))
         call.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved even if abandoned
         try:
             reply = await asyncio.wait_for(asyncio.shield(call), self.batch_timeout_s)
@@ -173,13 +229,102 @@ class WorkerPool:
                 self.on_busy(w.index, time.monotonic() - start)
         if reply[0] == "fatal":
             self._kill(w)
-            raise self._replace(w, f"failed beyond repair: {reply[1]}")
+            raise self._replace(w, f"failed beyond repair: {reply[2]}")
         w.state = "idle"
         self._idle.put_nowait(w)
         if reply[0] == "error":
-            raise WorkerError(f"worker {w.index}: {reply[1]}")
-        w.loaded = reply[2]
-        return reply[1]
+            raise WorkerError(f"worker {w.index}: {reply[2]}")
+        w.loaded = reply[3]
+        return reply[2]
+
+    async def _run_running(self, key: BatchKey, sources: list[list[int]], weights: list[bool],
+                           deliver: Callable[[int, Any], None] | None) -> list:
+        """A job to the alive worker with the fewest sentences in flight, answered as its reader
+        thread hears (`_answer`)."""
+        loop = asyncio.get_running_loop()
+        while not (alive := [w for w in self.workers if w.alive]):
+            self._ready.clear()
+            await self._ready.wait()
+        w = min(alive, key=lambda w: w.sentences)
+        job_id = next(self._job_ids)
+        job = _Job([None] * len(sources), len(sources), deliver, loop.create_future())
+        if not w.jobs:
+            w.state, w.busy_since = "busy", time.monotonic()
+        w.jobs[job_id] = job
+        w.batches += 1
+        try:
+            await loop.run_in_executor(self._send, send_message, w.conn, (job_id, key, sources, weights))
+            return await asyncio.wait_for(asyncio.shield(job.future), self.batch_timeout_s)
+        except TimeoutError:
+            if w.jobs.get(job_id) is job and w.alive:  # it has not answered for batch_timeout_s: hung
+                self._kill(w)
+                raise self._fail_all(w, f"hung for {self.batch_timeout_s:.0f} s and was killed") from None
+            raise
+        except (EOFError, OSError) as e:  # the pipe broke: its reader thread tells the rest
+            raise WorkerError(f"worker {w.index} is gone: {type(e).__name__}") from e
+        finally:
+            self._forget(w, job_id)
+
+    def _forget(self, w: Worker, job_id: int) -> None:
+        if w.jobs.pop(job_id, None) is not None and not w.jobs and w.alive:
+            w.state = "idle"
+            spell = time.monotonic() - w.busy_since
+            w.busy_seconds += spell
+            if self.on_busy:
+                self.on_busy(w.index, spell)
+
+    def _read(self, w: Worker, conn, loop: asyncio.AbstractEventLoop) -> None:
+        """A worker's reader thread (running batches): its answers to the event loop, until its pipe closes."""
+        while True:
+            try:
+                reply = receive_message(conn)
+            except (EOFError, OSError):
+                with contextlib.suppress(RuntimeError):  # the loop is closed: the server is gone
+                    loop.call_soon_threadsafe(self._gone, w, conn)
+                return
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._answer, w, conn, reply)
+
+    def _answer(self, w: Worker, conn, reply) -> None:
+        if conn is not w.conn:  # a worker since replaced
+            return
+        kind, job_id = reply[0], reply[1]
+        if kind == "fatal":
+            self._kill(w)
+            self._fail_all(w, f"failed beyond repair: {reply[2]}")
+            return
+        job = w.jobs.get(job_id)
+        if job is None:  # given up meanwhile (timed out, cancelled)
+            return
+        if kind == "item":
+            job.answer(reply[2], reply[3])
+        elif kind == "ok":
+            w.loaded = reply[3]
+            for index, hypotheses in enumerate(reply[2]):
+                job.answer(index, hypotheses)
+        else:
+            job.fail(WorkerError(f"worker {w.index}: {reply[2]}"))
+
+    def _gone(self, w: Worker, conn) -> None:
+        """A worker's pipe closed under it (running batches): it died; its jobs fail, it is replaced."""
+        if conn is not w.conn or not w.alive or self._stopping:
+            return
+        w.state = "restarting"  # no new jobs for it
+
+        async def bury() -> None:  # let it exit, to report its own exit code
+            await asyncio.get_running_loop().run_in_executor(None, w.process.join, 2)
+            self._kill(w)
+            self._fail_all(w, f"exited (exit code {w.process.exitcode})")
+
+        self._background(bury())
+
+    def _fail_all(self, w: Worker, reason: str) -> WorkerError:
+        """A worker that must go (killed already): replaced, and every job in flight on it failed."""
+        error = self._replace(w, reason)
+        jobs, w.jobs = list(w.jobs.values()), {}
+        for job in jobs:
+            job.fail(error)
+        return error
 
     def _replace(self, w: Worker, reason: str) -> WorkerError:
         """Start a new process for w; the error to fail its batch with."""
@@ -207,6 +352,7 @@ class WorkerPool:
             if w.state == "idle":
                 with contextlib.suppress(OSError):
                     send_message(w.conn, None)
+        self._send.shutdown(wait=False, cancel_futures=True)
         loop = asyncio.get_running_loop()
         await asyncio.gather(*(loop.run_in_executor(None, w.process.join, timeout) for w in started))
         for w in started:

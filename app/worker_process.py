@@ -1,9 +1,18 @@
-"""The worker process: loads every model on its device, then decodes batches from its pipe
-until told to stop (the server side: app/worker.py). Only this process imports torch.
+"""The worker process: loads every model on its device, then decodes jobs from its pipe until
+told to stop (the server side: app/worker.py). Only this process imports torch.
 
-A batch comes as token ids and decoding options (the server prepared the texts:
-model/pipeline.py); its hypotheses go back as model/pipeline.Decoded, attention as numpy arrays,
-so the server unpickles them without torch and finishes the texts itself.
+A job comes as (job id, BatchKey, token ids, weights): the server prepared the texts
+(model/pipeline.py). Its hypotheses go back as model/pipeline.Decoded, attention as numpy
+arrays, so the server unpickles them without torch and finishes the texts itself. Two ways:
+
+- batch by batch: the job is decoded as a whole (`Translator.decode_all`) and answered in one
+  reply, ("ok", job id, hypotheses per source, models held);
+- running batches (`running=True`; model/running.py): the job's sentences join running batches
+  at step boundaries, jobs keep arriving while they run, and each sentence is answered when it
+  is done, ("item", job id, index, hypotheses). Options a running batch cannot take go batch by
+  batch.
+
+A failure answers ("error", job id, why), or ("fatal", job id, why) before the process exits.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ from collections import OrderedDict
 import torch
 
 from app.pipe import FAULT_EXIT, FAULT_RAISE, FAULT_SLOW, FAULT_SLOW_S, receive_message, send_message
+from model.running import RunningBatches
 from model.translator import Translator
 
 
@@ -53,9 +63,11 @@ class Translators:
 
 
 def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: int, batch_tokens: int,
-                fault_injection: bool, max_loaded: int = 0, shortlist: bool = True) -> None:
-    """Process entry point: load the models (all, or the first max_loaded), then translate
-    batches until told to stop; every reply says which models it holds."""
+                fault_injection: bool, max_loaded: int = 0, shortlist: bool = True, running: bool = False,
+                running_slots: int = 64) -> None:
+    """Process entry point: load the models (all, or the first max_loaded), then decode jobs until
+    told to stop; every "ok" reply says which models it holds. running: step-level batching, at
+    most running_slots sentences in a running batch."""
     # Ctrl-C reaches the whole process group; the server decides when workers stop, after
     # finishing in-flight work.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -72,31 +84,57 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
                 "int8_path": next((t.int8_path for t in translators.values() if t.int8_path), None),
                 "loaded": list(translators)}
     send_message(conn, ("ready", os.getpid(), features))
-    while True:
+    runners: dict[str, RunningBatches] = {}  # model id -> its running batches
+
+    def failed(job_id, e: Exception) -> None:
+        # A CUDA error other than OOM (a device-side assert) poisons the context for good:
+        # only a new process recovers, so say so and exit.
+        fatal = device.startswith("cuda") and "CUDA error" in str(e)
+        if device.startswith("cuda") and not fatal:  # after an OOM, give the next batch the memory back
+            for each in held.loaded.values():
+                each.release_memory()
+            torch.cuda.empty_cache()
+        send_message(conn, ("fatal" if fatal else "error", job_id, f"{type(e).__name__}: {e}"))
+        if fatal:
+            os._exit(1)
+
+    def take(message) -> None:
+        job_id, key, sources, weights = message
         try:
-            message = receive_message(conn)
-        except EOFError:  # the server is gone
-            message = None
-        if message is None:
-            # nothing to flush or save; skipping interpreter teardown (~0.5 s with torch) makes
-            # shutdown and restarts quicker
-            os._exit(0)
-        key, sources, weights = message
-        try:
-            translator = held.get(key.model)  # loaded now if it is not (the batch's time counts it)
+            translator = held.get(key.model)  # loaded now if it is not (the job's time counts it)
             if fault_injection:
                 _inject_faults(translator, sources)
+            if running and RunningBatches.takes(key.options):
+                batches = runners.get(key.model)
+                if batches is None or batches.translator is not translator:
+                    batches = runners[key.model] = RunningBatches(translator, running_slots)
+                for i, (ids, w) in enumerate(zip(sources, weights)):
+                    batches.add((job_id, i), ids, key.options, w)
+                return
             results = translator.decode_all(sources, key.options, weights, batch_tokens)
         except Exception as e:
-            # A CUDA error other than OOM (a device-side assert) poisons the context for good:
-            # only a new process recovers, so say so and exit.
-            fatal = device.startswith("cuda") and "CUDA error" in str(e)
-            if device.startswith("cuda") and not fatal:  # after an OOM, give the next batch the memory back
-                for each in held.loaded.values():
-                    each.release_memory()
-                torch.cuda.empty_cache()
-            send_message(conn, ("fatal" if fatal else "error", f"{type(e).__name__}: {e}"))
-            if fatal:
-                os._exit(1)
+            failed(job_id, e)
         else:
-            send_message(conn, ("ok", results, list(held.loaded)))
+            send_message(conn, ("ok", job_id, results, list(held.loaded)))
+
+    while True:
+        busy = any(batches.busy for batches in runners.values())
+        while not busy or conn.poll(0):  # every job waiting; when nothing runs, wait for one
+            try:
+                message = receive_message(conn)
+            except EOFError:  # the server is gone
+                message = None
+            if message is None:
+                # nothing to flush or save; skipping interpreter teardown (~0.5 s with torch) makes
+                # shutdown and restarts quicker
+                os._exit(0)
+            take(message)
+            busy = any(batches.busy for batches in runners.values())
+        failed_jobs = set()
+        for batches in runners.values():
+            for (job_id, index), hypotheses in batches.step():
+                if not isinstance(hypotheses, Exception):
+                    send_message(conn, ("item", job_id, index, hypotheses))
+                elif job_id not in failed_jobs:  # one answer per job: its first failure
+                    failed_jobs.add(job_id)
+                    failed(job_id, hypotheses)

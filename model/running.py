@@ -21,12 +21,17 @@ Each sentence's hypotheses are those `beam_search` gives it alone (tests/test_ru
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Hashable
+from dataclasses import dataclass
 
 import torch
 
 from model.graphs import Bucket, GraphedBeamSearch, round_up_length, round_up_sentences
+from model.options import DecodingOptions
+from model.pipeline import Decoded
 from model.search import Hypothesis
+from model.translator import as_decoded
 
 
 class RunningBatch:
@@ -160,3 +165,110 @@ class RunningBatch:
     def close(self) -> None:
         """Give the buffers back to the search (for the next batch of this shape)."""
         self.search.give_back(self.buf)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What sentences must share to run in one running batch: how they are searched, and a size."""
+
+    beam_size: int
+    length_penalty: float
+    attention: bool  # whether the batch records the attention (a sentence's text pipeline or its client asks)
+    source_len: int  # source positions, rounded up (graphs.round_up_length)
+    capacity: int  # new tokens at most, for the longest source of the batch
+
+
+@dataclass
+class _Sentence:
+    tag: Hashable
+    shape: Shape
+    ids: list[int]
+    cap: int  # most new tokens, EOS included
+    n_best: int
+    attention: bool  # its client asked for the attention itself, not only its mean
+
+
+class RunningBatches:
+    """A Translator's sentences decoded in running batches, one per Shape: a sentence waits for a
+    free slot in its shape's batch and joins it at a step boundary; `step` advances every batch by
+    one step and returns the sentences that finished, each as soon as it is done, as
+    model/pipeline.Decoded (what a worker sends back). The search is the Translator's graphed one
+    (a CUDA graph per step on a GPU; on a CPU the same step eagerly, the twin the tests read).
+
+        batches = RunningBatches(translator, slots=64)
+        batches.add(("job 7", 0), ids, options)            # any time, from any request
+        while batches.busy:
+            for tag, hypotheses in batches.step():          # (tag, list[Decoded] | Exception)
+                ...
+
+    Options a running batch cannot take (`takes`: a minimum length, a repetition penalty) are
+    for Translator.decode_all.
+    """
+
+    def __init__(self, translator, slots: int = 64):
+        self.translator, self.slots = translator, slots
+        self.search = translator.graphed_search or GraphedBeamSearch(translator.model, capture=False)
+        self.batches: dict[Shape, RunningBatch] = {}
+        self.waiting: dict[Shape, deque[_Sentence]] = {}
+        self.sentences: dict[Hashable, _Sentence] = {}  # in a batch now, by tag
+
+    @staticmethod
+    def takes(options: DecodingOptions) -> bool:
+        """Whether a running batch decodes as these options say (its step bans only PAD, and has
+        no repetition penalty)."""
+        return options.min_length == 0 and options.repetition_penalty == 1.0
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.sentences) or any(self.waiting.values())
+
+    def add(self, tag: Hashable, ids: list[int], options: DecodingOptions, weights: bool = False) -> None:
+        """A sentence (EOS-terminated source ids) to decode as `options` say; `weights`: its
+        hypotheses carry their attention's mean (the text pipeline's repair or placement)."""
+        if not self.takes(options):
+            raise ValueError("a running batch has no minimum length and no repetition penalty: use decode_all")
+        t = self.translator
+        length_penalty = t.length_penalty if options.length_penalty is None else options.length_penalty
+        source_len = round_up_length(len(ids))
+        capacity = round_up_length(t.length_cap(source_len, options.max_length))
+        shape = Shape(options.beam_size, length_penalty, options.attention or weights, source_len, capacity)
+        sentence = _Sentence(tag, shape, ids, t.length_cap(len(ids), options.max_length), options.n_best,
+                             options.attention)
+        self.waiting.setdefault(shape, deque()).append(sentence)
+
+    def step(self) -> list[tuple[Hashable, list[Decoded] | Exception]]:
+        """One step of every running batch, after the waiting sentences took the free slots; the
+        sentences that finished (or whose batch failed: the exception)."""
+        finished: list[tuple[Hashable, list[Decoded] | Exception]] = []
+        for shape in list(self.batches.keys() | self.waiting.keys()):
+            queue = self.waiting.get(shape, deque())
+            try:
+                batch = self.batches.get(shape)
+                if batch is None:
+                    batch = self.batches[shape] = RunningBatch(
+                        self.search, self.slots, shape.beam_size, shape.source_len, shape.capacity,
+                        shape.length_penalty, shape.attention)
+                joining = [queue.popleft() for _ in range(min(batch.free, len(queue)))]
+                self.sentences.update((s.tag, s) for s in joining)
+                batch.admit([(s.tag, s.ids, s.cap) for s in joining])
+                done = batch.step()
+            except Exception as e:
+                finished += self._fail(shape, e)
+                continue
+            for tag, hypotheses in done:
+                sentence = self.sentences.pop(tag)
+                finished.append((tag, [as_decoded(h, sentence.attention) for h in hypotheses[: sentence.n_best]]))
+            if not batch.running and not queue:  # its buffers (and graphs) back to the search, for the next
+                batch.close()
+                del self.batches[shape]
+                self.waiting.pop(shape, None)
+        return finished
+
+    def _fail(self, shape: Shape, error: Exception) -> list[tuple[Hashable, Exception]]:
+        """A batch that raised: its sentences and those waiting for it fail; its buffers are dropped."""
+        self.batches.pop(shape, None)
+        failed = [s.tag for s in self.sentences.values() if s.shape == shape]
+        failed += [s.tag for s in self.waiting.pop(shape, ())]
+        for tag in failed:
+            self.sentences.pop(tag, None)
+        return [(tag, error) for tag in failed]

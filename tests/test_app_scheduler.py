@@ -23,7 +23,7 @@ class FakeTranslate:
         self.delay = delay
         self.gate: asyncio.Event | None = None
 
-    async def __call__(self, key, sources, weights=None):
+    async def __call__(self, key, sources, weights=None, deliver=None):
         self.batches.append((key, sources))
         if self.gate is not None:
             await self.gate.wait()

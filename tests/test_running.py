@@ -83,3 +83,71 @@ def test_what_does_not_fit_is_refused():
     with pytest.raises(ValueError, match="longer than this batch takes"):
         batch.admit([("long cap", sentence(0, 4), 33)])
     assert batch.step() == [] and batch.free == 2
+
+
+def test_running_batches_answer_each_sentence_as_the_translator_decodes_it_alone(tiny_sentinel_checkpoint):
+    """Sentences of several shapes (beams, lengths, attention asked or only its mean) arrive while
+    others run; each comes back as soon as it is done, as Translator.decode gives it alone."""
+    from model.options import DecodingOptions
+    from model.running import RunningBatches
+    from model.translator import Translator
+
+    translator = Translator.load(tiny_sentinel_checkpoint, device="cpu", dtype="float32", shortlist=False)
+    texts = ["Open the file.", "Click {name} to print %s documents and save your changes to the disk now.",
+             "Hello world.", "Save the file to /tmp/out.txt or mail it to ada@example.com.", "Print."]
+    options = [DecodingOptions(beam_size=4, n_best=2, length_penalty=1.0), DecodingOptions(beam_size=1),
+               DecodingOptions(beam_size=3, n_best=3, attention=True, max_length=9)]
+    arrivals = [((i, j), translator.encode(text), o, i % 2 == 1)
+                for i, o in enumerate(options) for j, text in enumerate(texts)]
+    batches = RunningBatches(translator, slots=2)
+    assert RunningBatches.takes(options[0]) and not RunningBatches.takes(DecodingOptions(min_length=2))
+    results, steps, late = {}, 0, 0
+    for tag, ids, o, weights in arrivals[:4]:
+        batches.add(tag, ids, o, weights)
+    waiting = arrivals[4:]
+    while batches.busy or waiting:
+        for tag, decoded in batches.step():
+            assert tag not in results
+            results[tag] = decoded
+        steps += 1
+        if steps % 2 == 0 and waiting:
+            late += bool(batches.sentences)
+            tag, ids, o, weights = waiting.pop(0)
+            batches.add(tag, ids, o, weights)
+    assert late > 5 and not batches.batches  # sentences joined running batches; the batches closed
+    assert sorted(results) == sorted(tag for tag, *_ in arrivals)
+    for tag, ids, o, weights in arrivals:
+        [expected] = translator.decode([ids], o, weights)
+        got = results[tag]
+        assert [h.token_ids for h in got] == [h.token_ids for h in expected]
+        assert [h.score for h in got] == pytest.approx([h.score for h in expected], abs=1e-5)
+        for g, e in zip(got, expected):
+            assert (g.weights is None) == (e.weights is None) and (g.attention is None) == (e.attention is None)
+            if e.weights is not None:
+                assert g.weights == pytest.approx(e.weights, abs=1e-5)
+
+
+def test_a_failing_batch_fails_its_own_sentences_only(tiny_sentinel_checkpoint, monkeypatch):
+    from model.options import DecodingOptions
+    from model.running import RunningBatch, RunningBatches
+    from model.translator import Translator
+
+    translator = Translator.load(tiny_sentinel_checkpoint, device="cpu", dtype="float32", shortlist=False)
+    batches = RunningBatches(translator, slots=2)
+    greedy, beam = DecodingOptions(beam_size=1), DecodingOptions(beam_size=2)
+    for i in range(3):  # one waits for a slot
+        batches.add(("greedy", i), translator.encode("Open the file."), greedy)
+    batches.add(("beam", 0), translator.encode("Open the file."), beam)
+    real_step = RunningBatch.step
+
+    def step(self):
+        if self.k == 1:
+            raise RuntimeError("injected")
+        return real_step(self)
+
+    monkeypatch.setattr(RunningBatch, "step", step)
+    results = {}
+    while batches.busy:
+        results.update(batches.step())
+    assert {tag for tag, r in results.items() if isinstance(r, RuntimeError)} == {("greedy", i) for i in range(3)}
+    assert results[("beam", 0)][0].token_ids == translator.decode([translator.encode("Open the file.")], beam)[0][0].token_ids

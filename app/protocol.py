@@ -347,8 +347,10 @@ class WorkerStatus(BaseModel):
     device: str = Field(description="Its device.", examples=["cpu"])
     state: str = Field(description="starting | idle | busy | restarting | failed | stopped.", examples=["idle"])
     restarts: int = Field(description="Times it was replaced after dying or hanging.", examples=[0])
-    batches: int = Field(description="Batches it ran.", examples=[120])
+    batches: int = Field(description="Batches it ran (with running batches: jobs it was sent).", examples=[120])
     busy_seconds: float = Field(description="Seconds spent on batches.", examples=[3.5])
+    cancelled: int = Field(0, description="With running batches: sentences it dropped unfinished, their requests "
+                           "gone.", examples=[0])
     reason: str | None = Field(None, description="Why it is not serving, if so.", examples=[None])
 
 

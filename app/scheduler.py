@@ -94,8 +94,10 @@ class _Item:
 class Scheduler:
     def __init__(self, run_batch: Callable[..., Awaitable[list[Any]]], slots: int,
                  batch_tokens: int, max_wait_s: float, max_queue_items: int = 1 << 30,
-                 on_batch: Callable[[BatchKey, int, int], None] | None = None):
-        self.run_batch, self.slots = run_batch, slots
+                 on_batch: Callable[[BatchKey, int, int], None] | None = None, cancel_in_flight: bool = False):
+        """cancel_in_flight: a batch whose every request is gone is cancelled while it runs (its
+        run_batch task; a worker with running batches then drops it), not only before."""
+        self.run_batch, self.slots, self.cancel_in_flight = run_batch, slots, cancel_in_flight
         self.batch_tokens, self.max_wait_s, self.max_queue_items = batch_tokens, max_wait_s, max_queue_items
         self.on_batch = on_batch  # (key, items, padded tokens) of every batch started
         self.queues: dict[BatchKey, deque[_Item]] = {}
@@ -105,7 +107,7 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task | None = None
-        self._running: set[asyncio.Task] = set()
+        self._running: dict[asyncio.Task, list[_Item]] = {}  # batches in flight
 
     def submit(self, key: BatchKey, sources: list[list[int]], weights: list[bool] | None = None) -> Job:
         """Queue a request's sources (token ids); `weights`: per source, whether its hypotheses
@@ -125,9 +127,14 @@ class Scheduler:
         return job
 
     def cancel(self, job: Job) -> None:
-        """Drop a job (deadline passed, client gone): its queued items are never computed."""
+        """Drop a job (deadline passed, client gone): its queued items are never computed; with
+        cancel_in_flight, a batch in flight that no other job waits for stops too."""
         job.future.cancel()
         self._drop_queued(job)
+        if self.cancel_in_flight:
+            for task, batch in list(self._running.items()):
+                if all(item.job.done for item in batch):
+                    task.cancel()
 
     def _drop_queued(self, job: Job) -> None:
         queue = self.queues.get(job.key)
@@ -231,8 +238,8 @@ class Scheduler:
         if self.on_batch:
             self.on_batch(key, len(batch), len(batch) * max(item.length for item in batch))
         task = asyncio.create_task(self._run(key, batch))
-        self._running.add(task)
-        task.add_done_callback(self._running.discard)
+        self._running[task] = batch
+        task.add_done_callback(lambda t: self._running.pop(t, None))
 
     async def _run(self, key: BatchKey, batch: list[_Item]) -> None:
         start = time.monotonic()

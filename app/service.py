@@ -177,7 +177,8 @@ class Service:
         slots, max_wait_s = (len(devices) * RUNNING_JOBS_PER_WORKER, 0.0) if running else (len(devices),
                                                                                           s.max_wait_ms / 1000)
         self.scheduler = Scheduler(self.pool.run, slots=slots, batch_tokens=batch_tokens, max_wait_s=max_wait_s,
-                                   max_queue_items=s.max_queue_items, on_batch=self._observe_batch)
+                                   max_queue_items=s.max_queue_items, on_batch=self._observe_batch,
+                                   cancel_in_flight=running)
         m.queue_depth.set_function(lambda: self.scheduler.queued)
         m.batches_in_flight.set_function(lambda: self.scheduler.in_flight)
         m.workers_alive.set_function(lambda: sum(w.alive for w in self.pool.workers))

@@ -16,7 +16,8 @@ exception into an error for that job only; a worker that dies or hangs is replac
 - running batches (`running=True`, the CUDA default; model/running.py): jobs go to the worker
   with the fewest sentences in flight while it runs others, their sentences join its running
   batches at step boundaries, and each sentence is answered (`deliver`) as soon as it is done.
-  A thread per worker reads its answers and hands them to the event loop.
+  A thread per worker reads its answers and hands them to the event loop. A job cancelled here
+  (its requests gone) is cancelled in the worker too.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ class Worker:
     busy_seconds: float = 0.0
     batches: int = 0
     jobs: dict[int, _Job] = field(default_factory=dict)  # running batches: the jobs in flight, by id
+    cancelled: int = 0  # running batches: sentences it dropped unfinished
     busy_since: float = 0.0  # running batches: since when it has had jobs in flight
 
     @property
@@ -210,7 +212,7 @@ class WorkerPool:
         w.state = "busy"
         start = time.monotonic()
         job_id = next(self._job_ids)
-        call = asyncio.get_running_loop().run_in_executor(self._io, w.roundtrip, (job_id, key, sources, weights))
+        call = asyncio.get_running_loop().run_in_executor(self._io, w.roundtrip, ("job", job_id, key, sources, weights))
         call.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved even if abandoned
         try:
             reply = await asyncio.wait_for(asyncio.shield(call), self.batch_timeout_s)
@@ -252,9 +254,15 @@ class WorkerPool:
             w.state, w.busy_since = "busy", time.monotonic()
         w.jobs[job_id] = job
         w.batches += 1
+        acknowledged = False  # a cancelled job stays in flight until the worker says it dropped it
         try:
-            await loop.run_in_executor(self._send, send_message, w.conn, (job_id, key, sources, weights))
+            await loop.run_in_executor(self._send, send_message, w.conn, ("job", job_id, key, sources, weights))
             return await asyncio.wait_for(asyncio.shield(job.future), self.batch_timeout_s)
+        except asyncio.CancelledError:  # nobody waits for it (the scheduler cancels): the worker drops it
+            if w.alive and not job.future.done():
+                job.deliver, acknowledged = None, True
+                self._send.submit(send_message, w.conn, ("cancel", job_id))
+            raise
         except TimeoutError:
             if w.jobs.get(job_id) is job and w.alive:  # it has not answered for batch_timeout_s: hung
                 self._kill(w)
@@ -263,7 +271,8 @@ class WorkerPool:
         except (EOFError, OSError) as e:  # the pipe broke: its reader thread tells the rest
             raise WorkerError(f"worker {w.index} is gone: {type(e).__name__}") from e
         finally:
-            self._forget(w, job_id)
+            if not acknowledged:
+                self._forget(w, job_id)
 
     def _forget(self, w: Worker, job_id: int) -> None:
         if w.jobs.pop(job_id, None) is not None and not w.jobs and w.alive:
@@ -294,9 +303,12 @@ class WorkerPool:
             self._fail_all(w, f"failed beyond repair: {reply[2]}")
             return
         job = w.jobs.get(job_id)
-        if job is None:  # given up meanwhile (timed out, cancelled)
+        if job is None:  # given up meanwhile (timed out)
             return
-        if kind == "item":
+        if kind == "cancelled":
+            w.cancelled += reply[2]
+            self._forget(w, job_id)
+        elif kind == "item":
             job.answer(reply[2], reply[3])
         elif kind == "ok":
             w.loaded = reply[3]

@@ -1,7 +1,7 @@
 """The worker process: loads every model on its device, then decodes jobs from its pipe until
 told to stop (the server side: app/worker.py). Only this process imports torch.
 
-A job comes as (job id, BatchKey, token ids, weights): the server prepared the texts
+A job comes as ("job", job id, BatchKey, token ids, weights): the server prepared the texts
 (model/pipeline.py). Its hypotheses go back as model/pipeline.Decoded, attention as numpy
 arrays, so the server unpickles them without torch and finishes the texts itself. Two ways:
 
@@ -9,8 +9,9 @@ arrays, so the server unpickles them without torch and finishes the texts itself
   reply, ("ok", job id, hypotheses per source, models held);
 - running batches (`running=True`; model/running.py): the job's sentences join running batches
   at step boundaries, jobs keep arriving while they run, and each sentence is answered when it
-  is done, ("item", job id, index, hypotheses). Options a running batch cannot take go batch by
-  batch.
+  is done, ("item", job id, index, hypotheses); ("cancel", job id) drops what is left of a job
+  nobody waits for any more, answered ("cancelled", job id, sentences dropped). Options a running
+  batch cannot take go batch by batch.
 
 A failure answers ("error", job id, why), or ("fatal", job id, why) before the process exits.
 """
@@ -99,7 +100,16 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
             os._exit(1)
 
     def take(message) -> None:
-        job_id, key, sources, weights = message
+        if message[0] == "cancel":
+            job_id, dropped = message[1], 0
+            for batches in runners.values():
+                tags = ({tag for tag in batches.sentences if tag[0] == job_id}
+                        | {s.tag for queue in batches.waiting.values() for s in queue if s.tag[0] == job_id})
+                batches.cancel(tags)
+                dropped += len(tags)
+            send_message(conn, ("cancelled", job_id, dropped))
+            return
+        _, job_id, key, sources, weights = message
         try:
             translator = held.get(key.model)  # loaded now if it is not (the job's time counts it)
             if fault_injection:

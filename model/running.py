@@ -133,6 +133,14 @@ class RunningBatch:
             b.reorder((b.first_row + parents).view(-1), longest)
         return finished
 
+    def drop(self, keys: set[Hashable]) -> None:
+        """Sentences nobody waits for any more leave their slots now, unfinished."""
+        slots = [j for j, key in enumerate(self.key) if key is not None and key in keys]
+        for j in slots:
+            self.key[j] = None
+        if slots:
+            self.buf.live[slots] = False
+
     def read_back(self, j: int) -> list[Hypothesis]:
         """The pool of slot j's sentence, done at this step, as hypotheses: each followed back
         through the ring of candidates to the step the sentence joined at."""
@@ -263,6 +271,15 @@ class RunningBatches:
                 del self.batches[shape]
                 self.waiting.pop(shape, None)
         return finished
+
+    def cancel(self, tags: set[Hashable]) -> None:
+        """Sentences nobody waits for any more: out of the queues and of their batches' slots."""
+        for shape, queue in self.waiting.items():
+            self.waiting[shape] = deque(s for s in queue if s.tag not in tags)
+        for batch in self.batches.values():
+            batch.drop(tags)
+        for tag in tags:
+            self.sentences.pop(tag, None)
 
     def _fail(self, shape: Shape, error: Exception) -> list[tuple[Hashable, Exception]]:
         """A batch that raised: its sentences and those waiting for it fail; its buffers are dropped."""

@@ -35,15 +35,19 @@ def wait_until(check, seconds: float = 60.0):
         time.sleep(0.05)
 
 
-@pytest.fixture(scope="module")
-def url(tiny_checkpoint):
+RUNNING: dict[str, bool] = {}  # server url -> whether its workers keep running batches
+
+
+@pytest.fixture(scope="module", params=["false", "true"], ids=["batch by batch", "running batches"])
+def url(tiny_checkpoint, request):
     settings = Settings(model_dirs=[str(tiny_checkpoint)], workers=1, threads_per_worker=1, fault_injection=True, cache=False,
-                        request_timeout_s=TIMEOUT_S, max_wait_ms=30, dtype="float32")
+                        request_timeout_s=TIMEOUT_S, max_wait_ms=30, dtype="float32", running_batch=request.param)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{port}"
+    RUNNING[base] = request.param == "true"
     wait_until(lambda: server.started)
     wait_until(lambda: httpx.get(f"{base}/ready").status_code == 200)
     yield base
@@ -91,7 +95,7 @@ def test_deadline_is_504(url):
 
 def test_a_client_that_leaves_before_its_batch_runs_is_not_computed(url):
     wait_until(lambda: idle(url))
-    before = worker(url)["batches"]
+    before, cancelled_before = worker(url)["batches"], worker(url)["cancelled"]
 
     async def scenario():
         async with httpx.AsyncClient(base_url=url, timeout=30) as client:
@@ -104,7 +108,10 @@ def test_a_client_that_leaves_before_its_batch_runs_is_not_computed(url):
     assert asyncio.run(scenario()).status_code == 504
     wait_until(lambda: idle(url))
     time.sleep(0.1)
-    assert worker(url)["batches"] == before + 1  # only the slow batch ran
+    if not RUNNING[url]:  # it never left the queue
+        assert worker(url)["batches"] == before + 1  # only the slow batch ran
+    else:  # both went to the worker at once, and it dropped both before their first step
+        assert worker(url)["batches"] == before + 2 and worker(url)["cancelled"] == cancelled_before + 2
     assert 'route="/v1/translate",status="499"' in httpx.get(f"{url}/metrics").text
 
 

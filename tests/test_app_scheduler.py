@@ -204,3 +204,60 @@ def test_queue_full_and_drain_on_stop():
 
     job = run(main())
     assert job.future.done() and len(job.future.result()) == 2
+
+
+class EarlyAnswers:
+    """A run_batch that answers its first source at once and the rest when `gate` opens, like a
+    worker with running batches; it records whether it was cancelled."""
+
+    def __init__(self):
+        self.gate = asyncio.Event()
+        self.cancelled = False
+
+    async def __call__(self, key, sources, weights=None, deliver=None):
+        deliver(0, ("early", sources[0]))
+        try:
+            await self.gate.wait()
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        return [("late", s) for s in sources]
+
+
+def test_an_early_answer_resolves_its_request_before_its_batch_ends():
+    async def main():
+        fake = EarlyAnswers()
+        scheduler = Scheduler(fake, slots=1, batch_tokens=10_000, max_wait_s=0.05)
+        scheduler.start()
+        key = make_key("en-de", beam_size=1)
+        first, second = scheduler.submit(key, [sentence(1)]), scheduler.submit(key, [sentence(2), sentence(3)])
+        done_first = await first.future  # the batch (both jobs) still runs
+        assert not second.done
+        fake.gate.set()
+        return done_first, await second.future
+
+    first, second = run(main())
+    assert first == [("early", sentence(1))]
+    assert second == [("late", sentence(2)), ("late", sentence(3))]  # the early one is not answered twice
+
+
+@pytest.mark.parametrize("cancel_in_flight", [False, True])
+def test_a_batch_whose_every_request_is_gone_is_cancelled_in_flight_when_asked(cancel_in_flight):
+    async def main():
+        fake = EarlyAnswers()
+        scheduler = Scheduler(fake, slots=1, batch_tokens=10_000, max_wait_s=0.05, cancel_in_flight=cancel_in_flight)
+        scheduler.start()
+        key = make_key("en-de", beam_size=1)
+        a, b = scheduler.submit(key, [sentence(1), sentence(2)]), scheduler.submit(key, [sentence(3)])
+        await asyncio.sleep(0.02)  # both in one batch, in flight
+        scheduler.cancel(a)
+        await asyncio.sleep(0.02)
+        still_running = not fake.cancelled  # b still waits for its answer
+        scheduler.cancel(b)
+        await asyncio.sleep(0.02)
+        fake.gate.set()
+        await scheduler.stop(1)
+        return still_running, fake.cancelled, scheduler.in_flight
+
+    still_running, cancelled, in_flight = run(main())
+    assert still_running and cancelled == cancel_in_flight and in_flight == 0

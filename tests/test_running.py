@@ -151,3 +151,27 @@ def test_a_failing_batch_fails_its_own_sentences_only(tiny_sentinel_checkpoint, 
         results.update(batches.step())
     assert {tag for tag, r in results.items() if isinstance(r, RuntimeError)} == {("greedy", i) for i in range(3)}
     assert results[("beam", 0)][0].token_ids == translator.decode([translator.encode("Open the file.")], beam)[0][0].token_ids
+
+
+def test_cancelled_sentences_leave_their_slots_and_the_rest_decode_as_alone(tiny_sentinel_checkpoint):
+    from model.options import DecodingOptions
+    from model.running import RunningBatches
+    from model.translator import Translator
+
+    translator = Translator.load(tiny_sentinel_checkpoint, device="cpu", dtype="float32", shortlist=False)
+    options = DecodingOptions(beam_size=2, max_length=20)
+    ids = [translator.encode(t) for t in ["Open the file.", "Hello world.", "Print the document now.", "Save."]]
+    batches = RunningBatches(translator, slots=2)
+    for i, x in enumerate(ids):
+        batches.add(i, x, options)
+    batches.step()  # 0 and 1 run, 2 and 3 wait
+    batches.cancel({1, 3})  # one running, one waiting
+    [batch] = batches.batches.values()
+    assert batch.running == 1 and batch.free == 1
+    results = {}
+    while batches.busy:
+        results.update(batches.step())
+    assert sorted(results) == [0, 2]
+    for i in (0, 2):
+        [expected] = translator.decode([ids[i]], options)
+        assert [h.token_ids for h in results[i]] == [h.token_ids for h in expected]

@@ -27,7 +27,7 @@ async def health():
 async def ready(service: ServiceDep):
     ok, reason = service.ready()
     workers = [WorkerStatus(index=w.index, device=w.device, state=w.state, restarts=w.restarts, batches=w.batches,
-                            busy_seconds=round(w.busy_seconds, 3), reason=w.reason or None)
+                            busy_seconds=round(w.busy_seconds, 3), cancelled=w.cancelled, reason=w.reason or None)
                for w in (service.pool.workers if service.pool else [])]
     models = sorted(service.registry.models) if service.registry else []
     try:

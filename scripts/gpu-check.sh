@@ -7,10 +7,11 @@
 # 2. the GPU table: ours in float16 and bfloat16 (with CUDA graphs, and float16 without) against
 #    Hugging Face generate (and CTranslate2 when its wheel sees the GPU), beam 4 x batch 1/32/128;
 #    the shipped en-de's milliseconds per decoder step at batch 1; a training throughput figure (bench/gpu.py)
-# 3. the service on the GPU under load (bench/service.py), 15 s each: 64 keep-alive clients with 1, 2
-#    and 4 worker processes on the GPU, 256 with 1 and 4, 64 and 256 spread over 4 servers of 1
-#    worker each (replicas on one GPU), and 64 whose every request asks for alignments; the
-#    offline Translator on the same sentences
+# 3. the service on the GPU under load (bench/service.py), 15 s each, one worker: 64 keep-alive
+#    clients with running batches (the CUDA default) and batch by batch (NMT_RUNNING_BATCH=false),
+#    256 with running batches of 64 and of 256 slots, 64 and 256 spread over 4 servers (replicas on
+#    one GPU), and 64 whose every request asks for alignments; the offline Translator on the same
+#    sentences
 #
 # On the lent GPU machine (Python 3.12, torch with CUDA, transformers, sentencepiece, safetensors,
 # httpx, prometheus-client; no network) the other packages come from artifacts/gpu-wheels, which
@@ -69,12 +70,11 @@ service() {  # service NAME CLIENTS WORKERS [OPTIONS...]
     --workers "$workers" --seconds 15 --client raw --json "$OUT/$name.json" "$@"
 }
 service service-64 64 1
+SERVICE_ENV=NMT_RUNNING_BATCH=false service service-64-batches 64 1 --no-offline
+service service-256 256 1 --no-offline
+SERVICE_ENV=NMT_RUNNING_SLOTS=256 service service-256-slots256 256 1 --no-offline
 service service-64-s4 64 1 --servers 4 --no-offline
 service service-256-s4 256 1 --servers 4 --no-offline
-service service-64-w4 64 4 --no-offline
-service service-256-w4 256 4 --no-offline
-SERVICE_ENV=NMT_CLIENT_ALIGNMENT_BYTES=0 service service-64-w4-alignments 64 4 --alignments --no-offline
-service service-64-w2 64 2 --no-offline
-service service-256 256 1 --no-offline
+SERVICE_ENV=NMT_CLIENT_ALIGNMENT_BYTES=0 service service-64-alignments 64 1 --alignments --no-offline
 cat "$OUT/summary.txt"
 exit $status

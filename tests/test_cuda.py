@@ -105,3 +105,22 @@ def test_a_running_batch_on_the_gpu_decodes_each_sentence_as_it_decodes_alone(ti
     for i, x in enumerate(ids):
         [expected] = beam_search(translator.model, torch.tensor([x], device="cuda"), 4, 4, max_new_tokens=20)
         assert [h.token_ids for h in results[i]] == [h.token_ids for h in expected]
+
+
+def test_the_gpu_service_with_running_batches_answers_as_batch_by_batch(tiny_sentinel_checkpoint):
+    """NMT_RUNNING_BATCH (on by default on CUDA): the worker's running batches, each step a replayed
+    graph, give every request what the batch-by-batch worker gives it (float32)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    bodies = [{"text": s, "source": "en", "target": "de", "beam_size": beam, "n_best": min(beam, 2)}
+              for s in many_sentences()[:16] for beam in (1, 4)]
+    answers = {}
+    for running in ("true", "false"):
+        settings = Settings(model_dirs=[str(tiny_sentinel_checkpoint)], device="cuda", dtype="float32", cache=False,
+                            detect_languages=["none"], running_batch=running)
+        with ready_client(settings) as client, ThreadPoolExecutor(8) as pool:
+            replies = list(pool.map(lambda body: client.post("/v1/translate", json=body), bodies))
+        assert all(r.status_code == 200 for r in replies), [r.text for r in replies if r.status_code != 200]
+        answers[running] = [[t["text"]] + [a["text"] for a in t.get("alternatives") or []]
+                            for r in replies for t in r.json()["translations"]]
+    assert answers["true"] == answers["false"]

@@ -20,7 +20,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TypeVar
 
@@ -38,7 +38,7 @@ from app.keys import configured_key, open_keys
 from app.language import LanguageDetector
 from app.limits import RateLimiter
 from app.metrics import Metrics
-from app.registry import Registry, ServedModel
+from app.registry import Registry, ServedModel, language_name
 from app.scheduler import BatchKey, QueueFull, Scheduler, ShuttingDown
 from app.settings import Settings
 from app.storage import MemoryStorage, StorageUnavailable, open_storage
@@ -47,6 +47,7 @@ from app.worker import WorkerError, WorkerPool
 from model import pipeline
 from model.clean import clean_text, lone_surrogate
 from model.options import DecodingOptions
+from model.results import TranslationResult
 from model.terms import TermError, Terminology, report
 
 T = TypeVar("T")
@@ -81,6 +82,16 @@ class Leg:
     source: str
     target: str
     first: bool  # reads the request's own terms, and is charged; a second leg keeps its target terms
+
+
+@dataclass
+class LegResults:
+    """One model's part of a translation with options (`Service.translate_with_options`)."""
+
+    model: ServedModel
+    results: list[TranslationResult]  # per text
+    queue_s: float
+    compute_s: float
 
 
 @dataclass
@@ -446,6 +457,88 @@ class Service:
                                            names=[item_name(field, i, len(texts))])
             within_budget()
         return plans
+
+    async def translate_with_options(self, request: Request, texts: list[str], source: str, target: str,
+                                     options: DecodingOptions, glossary, glossary_id: str | None, do_not_translate,
+                                     key: str | None, char_limit: int, refused: dict[str, bool]) -> list[LegResults]:
+        """Texts translated as /v1/translate does, each as one sequence, decoded as `options` say
+        (a length penalty of None: each model's own), with the request's terms; one model for all
+        (source 'auto': detected, and a 400 when the texts look like several languages). Through a
+        pivot (`legs`; `refused` names what a pivot cannot give) the second leg translates the
+        first's best translations: every leg's results, in order."""
+        out: list[LegResults] = []
+        for leg in self.legs(source, target, refused):
+            leg_glossary, keep = self.leg_terms(leg, glossary, do_not_translate)
+            out.append(await self._translate_leg(request, texts, leg, options,
+                                                 (leg_glossary, glossary_id if leg.first else None, keep, key),
+                                                 char_limit))
+            texts = [r.hypotheses[0].text for r in out[-1].results]
+        return out
+
+    async def _translate_leg(self, request: Request, texts: list[str], leg: Leg, options: DecodingOptions,
+                             term_args: tuple, char_limit: int) -> LegResults:
+        texts = self.accept_texts(texts, "text", char_limit=char_limit)  # cleaned, as the model reads them
+        resolved = await self.resolve_each(leg.source, leg.target, texts, "text")
+        model = resolved[0][0]
+        other = next((i for i, (m, _) in enumerate(resolved) if m.id != model.id), None)
+        if other is not None:  # one model per request: its response names it
+            raise ApiError(400, f"source 'auto': text[0] looks {language_name(model.source)} and text[{other}] "
+                           f"{language_name(resolved[other][0].source)}; send one language per request (or use "
+                           "/translate, which translates each text from its own language)")
+        terms = await self.terminology(*term_args, model)
+        plans = await client_work(sum(map(len, texts)), partial(self.prepare, model, texts, "text", terms))
+        if options.length_penalty is None:
+            options = replace(options, length_penalty=model.length_penalty)
+        # a text whose best translation lacks an annotated term: again, its terms as sentinels
+        outcome = await self.translate_plans(request, model, plans, options,
+                                             partial(self.prepare, model, texts, "text", terms, "spans"))
+        return LegResults(model, outcome.results, outcome.queue_s, outcome.compute_s)
+
+    async def translate_file_texts(self, request: Request, texts: list[str], html: list[bool], source: str,
+                                   target: str, glossary, glossary_id: str | None, do_not_translate,
+                                   key: str | None, filename: str, started: float) -> tuple[list[str], ServedModel]:
+        """A file's texts (its paragraphs, cells, entries: text or HTML), each cut into sentences
+        and put back together, by the model for source -> target (source 'auto': the language of
+        its first 20 texts' words), through a pivot's legs; jobs of at most NMT_MAX_SEGMENTS
+        sentences, all within NMT_FILE_TIMEOUT_S of `started`. The translated texts, and the
+        (last) model."""
+        sample = ""
+        if source == "auto":
+            depth = self.settings.max_html_depth
+            sample = await asyncio.to_thread(lambda: " ".join(
+                markup.split_document(t, is_html, spans=False, max_depth=depth).text
+                for t, is_html in zip(texts[:20], html)))
+        for leg in self.legs(source, target, {"a stored glossary (glossary_id)": bool(glossary_id)}):
+            model, _ = self.resolve(leg.source, leg.target, sample)
+            leg_glossary, keep = self.leg_terms(leg, glossary, do_not_translate)
+            terms = await self.terminology(leg_glossary, glossary_id if leg.first else None, keep, key, model)
+            texts = await self._translate_file_leg(request, model, texts, html, terms, filename, started,
+                                                   charge=leg.first)
+        return texts, model
+
+    async def _translate_file_leg(self, request: Request, model: ServedModel, texts: list[str], html: list[bool],
+                                  terms: Terminology | None, filename: str, started: float,
+                                  charge: bool) -> list[str]:
+        """A file's texts by one model; with `charge`, each sentence but the first counts against the
+        client's limit (the file counted one when admitted)."""
+        s = self.settings
+
+        def split() -> list[markup.Document]:  # within the file's CPU budget
+            within_budget, parts = self.cpu_budget(f"cutting {filename} into sentences"), []
+            for t, is_html in zip(texts, html):
+                parts.append(markup.split_document(t, is_html, spans=model.protects_spans,
+                                                   foreign=model.tokenizer.cannot_spell, max_depth=s.max_html_depth,
+                                                   terms=terms, annotate=model.reads_annotations))
+                within_budget()
+            return parts
+
+        parts = await client_work(sum(map(len, texts)), split)
+        if charge:
+            await self.charge(request, sum(len(part.sentences) for part in parts) - 1)
+        per_part = await self.translate_documents(request, model, parts, 1, [filename] * len(parts), terms,
+                                                  max_sentences=s.max_segments, deadline=started + s.file_timeout_s)
+        return await client_work(sum(map(len, texts)), lambda: [part.join([best for best, in per_sentence])
+                                                                for part, per_sentence in zip(parts, per_part)])
 
     async def translate_texts(self, request: Request, texts: list[str], html: bool, source: str, target: str,
                               glossary, glossary_id: str | None, do_not_translate, key: str | None, n_best: int,

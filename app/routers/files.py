@@ -24,7 +24,6 @@ from app.forms import read_fields
 from app.protocol import LTTranslateFileResponse
 from app.routers import ServiceDep, errors
 from model.clean import clean_text
-from model.terms import Terminology
 
 router = APIRouter(tags=["libretranslate"])
 
@@ -87,18 +86,9 @@ async def translate_file(request: Request, service: ServiceDep):
         raise ApiError(400, f"{upload.filename} holds {characters:,} characters of text; this API key may send at "
                        f"most {char_limit:,} per request")
     try:
-        sample = await asyncio.to_thread(lambda: " ".join(
-            markup.split_document(t, is_html, spans=False, max_depth=s.max_html_depth).text
-            for t, is_html in zip(texts[:20], html))) if source == "auto" else ""
-        glossary_id = _optional_text(fields, "glossary_id")
-        # through a pivot when no model translates source -> target (Service.legs)
-        for leg in service.legs(source, target, {"a stored glossary (glossary_id)": bool(glossary_id)}):
-            model, _ = service.resolve(leg.source, leg.target, sample)
-            glossary, keep = service.leg_terms(leg, fields.get("glossary"), fields.get("do_not_translate"))
-            terms = await service.terminology(glossary, glossary_id if leg.first else None, keep,
-                                              key or request.headers.get("x-api-key"), model)
-            texts = await _translate_texts(request, service, model, texts, html, terms, upload.filename, started,
-                                           charge=leg.first)
+        texts, model = await service.translate_file_texts(
+            request, texts, html, source, target, fields.get("glossary"), _optional_text(fields, "glossary_id"),
+            fields.get("do_not_translate"), key or request.headers.get("x-api-key"), upload.filename, started)
     except markup.TooDeep as e:
         raise ApiError(400, f"{upload.filename}: {e}") from None
     try:
@@ -112,31 +102,6 @@ async def translate_file(request: Request, service: ServiceDep):
                        f"{s.file_store_bytes:,} (NMT_FILE_STORE_BYTES)")
     service.metrics.files.labels(extension).inc()
     return LTTranslateFileResponse(translatedFileUrl=str(request.url_for("download_file", file=f"{file_id}.{name}")))
-
-
-async def _translate_texts(request: Request, service, model, texts: list[str], html: list[bool],
-                           terms: Terminology | None, filename: str, started: float, charge: bool = False) -> list[str]:
-    """A file's texts translated by one model: cut into sentences (spans and terms masked), in
-    jobs of at most NMT_MAX_SEGMENTS sentences, put back together; with `charge`, each sentence
-    but the first counts against the client's limit (the file counted one when admitted)."""
-    s = service.settings
-
-    def prepare():  # client-sized work: off the event loop, within the file's CPU budget
-        within_budget, parts = service.cpu_budget(f"cutting {filename} into sentences"), []
-        for t, is_html in zip(texts, html):
-            parts.append(markup.split_document(t, is_html, spans=model.protects_spans,
-                                               foreign=model.tokenizer.cannot_spell, max_depth=s.max_html_depth,
-                                               terms=terms, annotate=model.reads_annotations))
-            within_budget()
-        return parts
-
-    parts = await asyncio.to_thread(prepare)
-    if charge:
-        await service.charge(request, sum(len(part.sentences) for part in parts) - 1)
-    per_part = await service.translate_documents(request, model, parts, 1, [filename] * len(parts), terms,
-                                                 max_sentences=s.max_segments, deadline=started + s.file_timeout_s)
-    return await asyncio.to_thread(lambda: [part.join([best for best, in per_sentence])
-                                            for part, per_sentence in zip(parts, per_part)])
 
 
 @router.get("/download_file/{file}", name="download_file", responses=errors(403, 404, 429, 503),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import time
-from functools import partial
 
 from fastapi import APIRouter, Header, Request
 
@@ -19,9 +18,8 @@ from app.protocol import (
     TranslateResponse,
     TranslationOut,
 )
-from app.registry import language_name
 from app.routers import ServiceDep, errors
-from app.service import Service, client_work
+from app.service import Service
 from model.options import DecodingOptions
 from model.results import Translation, TranslationResult
 
@@ -72,34 +70,37 @@ async def translate(body: TranslateRequest, request: Request, service: ServiceDe
     key = body.api_key or x_api_key
     char_limit = await service.admit(request, key, cost=len(texts))
     # the served codes ('pt-BR' -> an Argos model's 'pb'): model ids and alignments name these
-    body = body.model_copy(update={"source": service.registry.code(body.source),
-                                   "target": service.registry.code(body.target)})
+    source, target = service.registry.code(body.source), service.registry.code(body.target)
+    options = DecodingOptions(body.beam_size, body.n_best, body.length_penalty, body.max_length,
+                              attention=body.alignments or body.include_attention,
+                              repetition_penalty=body.repetition_penalty)
     # through a pivot when no model translates source -> target (Service.legs)
-    legs = service.legs(body.source, body.target, {"include_attention": body.include_attention,
-                                                   "n_best > 1": body.n_best > 1, "glossary_id": bool(body.glossary_id)})
-    if len(legs) == 1:
-        return await translate_one_hop(body, request, service, key, texts, char_limit, start)
-
-    def on(leg):  # the request as one leg translates it: its languages and terms
-        glossary, keep = service.leg_terms(leg, body.glossary, body.do_not_translate)
-        return body.model_copy(update={"source": leg.source, "target": leg.target, "glossary": glossary,
-                                       "do_not_translate": keep})
-
-    first = await translate_one_hop(on(legs[0]), request, service, key, texts, char_limit, start)
-    middle = [t.text for t in first.translations]
-    second = await translate_one_hop(on(legs[1]), request, service, key, middle, char_limit, start)
-    pivot = legs[0].target
-    for out, before in zip(second.translations, first.translations):
-        out.terms = before.terms  # the request's terms, as the first leg applied them
-        if body.alignments:  # each leg's own, and their composition source -> target
-            out.leg_alignment_ids = [before.alignment_id, out.alignment_id]
-            stored = [await service.alignments.get(i) if i else None for i in out.leg_alignment_ids]
-            composed = compose(*stored, f"{body.source}-{body.target}") if all(stored) else None
-            out.alignment_id = await service.alignments.put(composed, service.owner(request)) if composed else None
-    timing = Timing(queue_ms=first.timing.queue_ms + second.timing.queue_ms,
-                    compute_ms=first.timing.compute_ms + second.timing.compute_ms,
+    legs = await service.translate_with_options(
+        request, texts, source, target, options, body.glossary, body.glossary_id, body.do_not_translate, key,
+        char_limit, refused={"include_attention": body.include_attention, "n_best > 1": body.n_best > 1,
+                             "glossary_id": bool(body.glossary_id)})
+    for leg in legs:
+        _check_attention_size(leg.results, body, service.settings.max_attention_values)
+    outs = []
+    for leg in legs:  # each leg's: its alignments stored when asked
+        outs.append([await translation_out(service, request, leg.model.id, r, body) for r in leg.results])
+        for out, result in zip(outs[-1], leg.results):
+            out.terms = TermsReport(**result.terms) if result.terms is not None else None
+    translations = outs[-1]
+    if len(legs) == 2:
+        for out, before in zip(outs[1], outs[0]):
+            out.terms = before.terms  # the request's terms, as the first leg applied them
+            if body.alignments:  # each leg's own, and their composition source -> target
+                out.leg_alignment_ids = [before.alignment_id, out.alignment_id]
+                stored = [await service.alignments.get(i) if i else None for i in out.leg_alignment_ids]
+                composed = compose(*stored, f"{source}-{target}") if all(stored) else None
+                out.alignment_id = await service.alignments.put(composed, service.owner(request)) if composed else None
+    timing = Timing(queue_ms=round(sum(leg.queue_s for leg in legs) * 1000, 2),
+                    compute_ms=round(sum(leg.compute_s for leg in legs) * 1000, 2),
                     total_ms=round((time.perf_counter() - start) * 1000, 2))
-    return TranslateResponse(model=f"{body.source}-{body.target}", pivot=pivot, translations=second.translations,
+    if len(legs) == 1:
+        return TranslateResponse(model=legs[0].model.id, translations=translations, timing=timing)
+    return TranslateResponse(model=f"{source}-{target}", pivot=legs[0].model.target, translations=translations,
                              timing=timing)
 
 
@@ -116,33 +117,3 @@ def _check_attention_size(results: list[TranslationResult], body: TranslateReque
         raise ApiError(413, f"the attention asked for holds {values:,} values (layers x heads x target x source "
                        f"tokens, per text and hypothesis); at most {limit:,} per request (NMT_MAX_ATTENTION_VALUES): "
                        "send fewer or shorter texts, or fewer hypotheses")
-
-
-async def translate_one_hop(body: TranslateRequest, request: Request, service: Service, key: str | None,
-                            texts: list[str], char_limit: int, start: float) -> TranslateResponse:
-    """/v1/translate's work with one model."""
-    texts = service.accept_texts(texts, "text", char_limit=char_limit)  # cleaned, as the model reads them
-    resolved = await service.resolve_each(body.source, body.target, texts, "text")
-    model = resolved[0][0]
-    other = next((i for i, (m, _) in enumerate(resolved) if m.id != model.id), None)
-    if other is not None:  # one model per request: its response names it
-        raise ApiError(400, f"source 'auto': text[0] looks {language_name(model.source)} and text[{other}] "
-                       f"{language_name(resolved[other][0].source)}; send one language per request (or use /translate, "
-                       "which translates each text from its own language)")
-    terms = await service.terminology(body.glossary, body.glossary_id, body.do_not_translate, key, model)
-    plans = await client_work(sum(map(len, texts)), partial(service.prepare, model, texts, "text", terms))
-    length_penalty = model.length_penalty if body.length_penalty is None else body.length_penalty
-    options = DecodingOptions(body.beam_size, body.n_best, length_penalty, body.max_length,
-                              attention=body.alignments or body.include_attention,
-                              repetition_penalty=body.repetition_penalty)
-    # a text whose best translation lacks an annotated term: again, its terms as sentinels
-    outcome = await service.translate_plans(request, model, plans, options,
-                                            partial(service.prepare, model, texts, "text", terms, "spans"))
-    results = outcome.results
-    _check_attention_size(results, body, service.settings.max_attention_values)
-    translations = [await translation_out(service, request, model.id, r, body) for r in results]
-    for out, result in zip(translations, results):
-        out.terms = TermsReport(**result.terms) if result.terms is not None else None
-    timing = Timing(queue_ms=round(outcome.queue_s * 1000, 2), compute_ms=round(outcome.compute_s * 1000, 2),
-                    total_ms=round((time.perf_counter() - start) * 1000, 2))
-    return TranslateResponse(model=model.id, translations=translations, timing=timing)

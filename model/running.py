@@ -123,8 +123,11 @@ class RunningBatch:
         finished = []
         if any_done:
             done = (b.done & b.live).nonzero()[:, 0].tolist()
-            for j in done:
-                finished.append((self.key[j], self.read_back(j)))
+            # the finished sentences' history and pools on the host in one copy each, not one per sentence
+            host = [h[:, done].cpu() for h in (b.cand_scores, b.cand_row, b.cand_tok, b.keep)]
+            pools = b.pool_scores[done].tolist(), b.pool_ref[done].tolist()
+            for n, j in enumerate(done):
+                finished.append((self.key[j], self.read_back(j, [h[:, n] for h in host], pools[0][n], pools[1][n])))
                 self.key[j] = None
             b.live[done] = False
         if not in_place:
@@ -141,16 +144,17 @@ class RunningBatch:
         if slots:
             self.buf.live[slots] = False
 
-    def read_back(self, j: int) -> list[Hypothesis]:
+    def read_back(self, j: int, history: list[torch.Tensor], pool_scores: list[float],
+                  pool_ref: list[int]) -> list[Hypothesis]:
         """The pool of slot j's sentence, done at this step, as hypotheses: each followed back
-        through the ring of candidates to the step the sentence joined at."""
+        through the ring of candidates to the step the sentence joined at. history: the slot's
+        candidate scores, rows, tokens (Tb, 2k) and keep (Tb, k), on the host."""
         b, Tb, n_cand, eos_id = self.buf, self.bucket.capacity, 2 * self.k, self.search.config.eos_id
         first, last = self.joined[j], self.steps - 1  # its steps, as counted by this batch
-        ring = torch.tensor([s % Tb for s in range(first, last + 1)], device=b.step.device)
-        scores, row, token, keep = (h.index_select(0, ring)[:, j].tolist()
-                                    for h in (b.cand_scores, b.cand_row, b.cand_tok, b.keep))
-        hypotheses = []
-        for score, ref in zip(b.pool_scores[j].tolist(), b.pool_ref[j].tolist()):
+        ring = torch.tensor([s % Tb for s in range(first, last + 1)])
+        scores, row, token, keep = (h.index_select(0, ring).tolist() for h in history)
+        hypotheses, paths = [], []
+        for score, ref in zip(pool_scores, pool_ref):
             if score == float("-inf"):
                 break  # fewer hypotheses than beams (tiny vocabularies)
             at, cand = divmod(ref, n_cand)
@@ -158,16 +162,21 @@ class RunningBatch:
             log_prob, ids, beams = scores[s][cand], [], []
             for step in range(s, -1, -1):
                 ids.append(token[step][cand])
-                beams.append((step, row[step][cand]))
+                beams.append(row[step][cand])
                 if step > 0:
                     cand = keep[step - 1][row[step][cand]]
             ids.reverse()
+            beams.reverse()
             ended = ids[-1] == eos_id
-            attention = None
-            if b.attention is not None and self.attention:  # (L, H, T, source_len)
-                attention = torch.stack([b.attention[(first + step) % Tb, j, beam, :, :, : self.source_len[j]]
-                                         for step, beam in reversed(beams)], dim=2)
-            hypotheses.append(Hypothesis(ids[:-1] if ended else ids, score, log_prob, ended, attention))
+            hypotheses.append(Hypothesis(ids[:-1] if ended else ids, score, log_prob, ended))
+            paths.append(beams)
+        if b.attention is not None and self.attention and paths:  # one gather for all its hypotheses
+            steps = torch.tensor([(first + step) % Tb for path in paths for step in range(len(path))],
+                                 device=b.attention.device)
+            rows = torch.tensor([beam for path in paths for beam in path], device=b.attention.device)
+            gathered = b.attention[steps, j, rows, :, :, : self.source_len[j]].float().cpu()  # (sum T, L, H, S)
+            for h, part in zip(hypotheses, gathered.split([len(path) for path in paths])):
+                h.attention = part.permute(1, 2, 0, 3).contiguous()  # (L, H, T, S)
         return hypotheses
 
     def close(self) -> None:

@@ -116,8 +116,8 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
                 _inject_faults(translator, sources)
             if running and RunningBatches.takes(key.options):
                 batches = runners.get(key.model)
-                if batches is None or batches.translator is not translator:
-                    batches = runners[key.model] = RunningBatches(translator, running_slots)
+                if batches is None or (batches.translator is not translator and not batches.busy):
+                    batches = runners[key.model] = RunningBatches(translator, running_slots)  # (re)loaded
                 for i, (ids, w) in enumerate(zip(sources, weights)):
                     batches.add((job_id, i), ids, key.options, w)
                 return

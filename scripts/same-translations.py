@@ -30,7 +30,7 @@ TEXTS = ["Open the file and save your changes.", "Click the button to print the 
          "Save the file to /tmp/out.txt or mail it to ada@example.com.", "Could not open %s: %d errors.",
          "Visit https://example.org/help for more information.", "Press Ctrl+S to save the document."]
 
-# run inside each tree: argv = tree, texts.json, out.json
+# run inside each tree: argv = tree, texts.json, out.json, dtype (serve: and texts per request)
 RUN = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
@@ -41,7 +41,7 @@ glossary = Terminology({"file": "Akte", "document": "Schriftstück"}, ["Ctrl+S"]
 out = {}
 for directory, language in (("checkpoints/en-de", "en"), ("checkpoints/de-en", "de")):
     texts = by_language[language]
-    translator = Translator.load(sys.argv[1] + "/" + directory, device="cpu")
+    translator = Translator.load(sys.argv[1] + "/" + directory, device="cpu", dtype=sys.argv[4])
     for beam in (1, 4):
         for terms in (None, glossary):
             results = translator.translate(texts, beam_size=beam, n_best=min(beam, 2), terms=terms)
@@ -54,7 +54,7 @@ json.dump(out, open(sys.argv[3], "w"), ensure_ascii=False)
 SERVE = """
 import json, os, sys, tempfile, time
 sys.path.insert(0, sys.argv[1])
-CHUNK = 200
+CHUNK = int(sys.argv[5])
 
 
 def main():
@@ -64,7 +64,8 @@ def main():
     from app.settings import Settings
     by_language = json.load(open(sys.argv[2]))
     settings = Settings(model_dirs=[sys.argv[1] + "/checkpoints/en-de", sys.argv[1] + "/checkpoints/de-en"],
-                        detect_languages=["none"], cache=False, workers=1, device="cpu", max_items=CHUNK)
+                        detect_languages=["none"], cache=False, workers=1, device="cpu", max_items=CHUNK,
+                        dtype=sys.argv[4])
     glossary = {"file": "Akte", "document": "Schriftstück"}
     out = {}
     with TestClient(create_app(settings)) as client:
@@ -116,6 +117,12 @@ def main() -> None:
     ap.add_argument("rev", help="the revision to compare with")
     ap.add_argument("--texts", type=Path, help="one text per line, for both models (default: a built-in list)")
     ap.add_argument("--corpus", type=Path, help="a corpus directory with test_{sw,general,protect}.{en,de}")
+    ap.add_argument("--limit", type=int, help="with --corpus: its first N texts per language")
+    ap.add_argument("--chunk", type=int, default=200, help="texts per request to the service (1: each alone, "
+                    "so no text shares a batch with another; default 200)")
+    ap.add_argument("--no-variants", action="store_true", help="the texts as given, no capitals, marks, lower case")
+    ap.add_argument("--dtype", default="auto", help="the models' dtype (default: auto; float32 takes the "
+                    "batch-composition effects of bf16 and int8 out of the comparison)")
     ap.add_argument("--parts", nargs="+", choices=("run", "serve"), default=["run", "serve"],
                     help="run: the Translator; serve: the service's /v1/translate, /translate (text, html) "
                     "and /v2/translate (default: both)")
@@ -125,10 +132,12 @@ def main() -> None:
         for language in ("en", "de"):
             base = [line.strip() for name in ("test_sw", "test_general", "test_protect")
                     for line in (args.corpus / f"{name}.{language}").read_text().splitlines() if line.strip()]
-            by_language[language] = base + [v for text in base[::10] for v in variants(text)[1:]]
+            base = base[: args.limit] if args.limit else base
+            by_language[language] = base + ([] if args.no_variants else
+                                            [v for text in base[::10] for v in variants(text)[1:]])
     else:
         base = [line.strip() for line in args.texts.read_text().splitlines() if line.strip()] if args.texts else TEXTS
-        texts = [v for text in base for v in variants(text)]
+        texts = base if args.no_variants else [v for text in base for v in variants(text)]
         by_language = {"en": texts, "de": texts}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -143,7 +152,7 @@ def main() -> None:
                 outputs[name] = {}
                 for script in args.parts:
                     subprocess.run([sys.executable, str(tmp / f"{script}.py"), str(tree), str(tmp / "texts.json"),
-                                    str(tmp / f"{name}.json")], check=True)
+                                    str(tmp / f"{name}.json"), args.dtype, str(args.chunk)], check=True)
                     outputs[name].update(json.loads((tmp / f"{name}.json").read_text()))
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(other)], cwd=ROOT, check=False)

@@ -107,6 +107,20 @@ def test_the_image_takes_every_file_of_the_shipped_models():
         assert {f"checkpoints/{pair}/{name}" for name in present} <= admitted
 
 
+def test_the_build_context_holds_everything_the_dockerfile_copies():
+    """.dockerignore is an allow-list: a folder the Dockerfile copies but the list leaves out fails
+    the build ("no items matching glob"), which CI, building no image, would not see."""
+    admitted = {line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()
+                if line.startswith("!")}
+    copied = []
+    for line in (ROOT / "Dockerfile").read_text().splitlines():
+        words = line.split()
+        if words[:1] == ["COPY"] and not any(w.startswith("--from") for w in words):
+            copied += [w.rstrip("/") for w in words[1:-1] if "[" not in w]  # wheel[s]: optional
+    assert {"pyproject.toml", "nmt", "model", "app", "checkpoints"} <= set(copied)
+    assert set(copied) <= admitted, set(copied) - admitted
+
+
 @pytest.mark.parametrize("image", ["localhost/nmt:cuda", "localhost/nmt:cpu"])
 def test_a_built_image_runs_the_service_and_the_gpu_search(image):
     """An image built here (docs/container.md: `podman build ... -t nmt:cuda .`): its Python imports
@@ -119,7 +133,7 @@ def test_a_built_image_runs_the_service_and_the_gpu_search(image):
         pytest.skip("no podman here")
     if subprocess.run(["podman", "image", "exists", image], capture_output=True).returncode != 0:
         pytest.skip(f"{image} is not built here")
-    check = ("import torch, app.main, model.graphs; "
+    check = ("import torch, app.main, model.graphs, nmt.cli; "
              "print(torch.version.cuda is not None, len(app.main.app.routes) > 5, model.graphs.GraphedBeamSearch.__name__)")
     run = subprocess.run(["podman", "run", "--rm", "--network", "none", image, "python", "-c", check],
                          capture_output=True, text=True, timeout=300)

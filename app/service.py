@@ -423,20 +423,9 @@ class Service:
     async def split_documents(self, request: Request, texts: list[str], html: bool, models: list[ServedModel],
                               terms: dict[str, Terminology | None], field: str, charge: bool) -> list[markup.Document]:
         """Each text cut into sentences for its model (app/markup.py: spans and terms masked where
-        the model has sentinels), off the event loop; a 400 past NMT_MAX_SEGMENTS sentences; with
+        the model has sentinels; `_split`); a 400 past NMT_MAX_SEGMENTS sentences; with
         `charge`, each sentence past the first of a text counted against the client's limit."""
-        depth = self.settings.max_html_depth
-
-        def split() -> list[markup.Document]:
-            within_budget, out = self.cpu_budget(f"cutting {field} into sentences"), []
-            for text, model in zip(texts, models):
-                out.append(markup.split_document(text, html, spans=model.protects_spans,
-                                                 foreign=model.tokenizer.cannot_spell, max_depth=depth,
-                                                 terms=terms[model.id], annotate=model.reads_annotations))
-                within_budget()
-            return out
-
-        documents = await client_work(sum(map(len, texts)), split)
+        documents = await self._split(texts, [html] * len(texts), models, [terms[m.id] for m in models], field)
         sentences = sum(len(document.sentences) for document in documents)
         if sentences > self.settings.max_segments:
             raise ApiError(400, f"{field} splits into {sentences} sentences; at most {self.settings.max_segments} per "
@@ -444,6 +433,23 @@ class Service:
         if charge:
             await self.charge(request, sentences - len(texts))
         return documents
+
+    async def _split(self, texts: list[str], html: list[bool], models: list[ServedModel],
+                     terms: list[Terminology | None], what: str) -> list[markup.Document]:
+        """Each text (HTML where `html` says) cut into sentences for its model, its terms masked,
+        within the CPU budget of one request's text work (in a thread when it is large)."""
+        depth = self.settings.max_html_depth
+
+        def split() -> list[markup.Document]:
+            within_budget, out = self.cpu_budget(f"cutting {what} into sentences"), []
+            for text, is_html, model, text_terms in zip(texts, html, models, terms):
+                out.append(markup.split_document(text, is_html, spans=model.protects_spans,
+                                                 foreign=model.tokenizer.cannot_spell, max_depth=depth,
+                                                 terms=text_terms, annotate=model.reads_annotations))
+                within_budget()
+            return out
+
+        return await client_work(sum(map(len, texts)), split)
 
     def prepare(self, model: ServedModel, texts: list[str], field: str, terms: Terminology | None = None,
                 term_method: str = "auto", only: list[int] | None = None) -> list[pipeline.Plan]:
@@ -522,17 +528,7 @@ class Service:
         """A file's texts by one model; with `charge`, each sentence but the first counts against the
         client's limit (the file counted one when admitted)."""
         s = self.settings
-
-        def split() -> list[markup.Document]:  # within the file's CPU budget
-            within_budget, parts = self.cpu_budget(f"cutting {filename} into sentences"), []
-            for t, is_html in zip(texts, html):
-                parts.append(markup.split_document(t, is_html, spans=model.protects_spans,
-                                                   foreign=model.tokenizer.cannot_spell, max_depth=s.max_html_depth,
-                                                   terms=terms, annotate=model.reads_annotations))
-                within_budget()
-            return parts
-
-        parts = await client_work(sum(map(len, texts)), split)
+        parts = await self._split(texts, html, [model] * len(texts), [terms] * len(texts), filename)
         if charge:
             await self.charge(request, sum(len(part.sentences) for part in parts) - 1)
         per_part = await self.translate_documents(request, model, parts, 1, [filename] * len(parts), terms,

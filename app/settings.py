@@ -59,7 +59,8 @@ class Settings(BaseSettings):
         "auto", description="Step-level batching in the workers (model/running.py): a request's sentences join the "
         "batch running on the device at its next step and are answered as soon as each is done, instead of waiting "
         "for a batch of their own and for its longest sentence. auto: on CUDA (each step one replayed CUDA graph), "
-        "not on the CPU, where the batch-by-batch engine (C++ kernels, shortlist) is faster. Requests with "
+        "not on the CPU, where a running batch (the CPU engine's own step) measured a worse tail than batch by "
+        "batch at half the capacity (bench/open_loop.py). Requests with "
         "min_length or repetition_penalty are decoded batch by batch either way.")
     running_slots: int = Field(64, ge=1, le=1024, description="Sentences in one running batch (NMT_RUNNING_BATCH); "
                                "more wait for a free slot.")

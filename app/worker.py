@@ -247,7 +247,7 @@ class WorkerPool:
         while not (alive := [w for w in self.workers if w.alive]):
             self._ready.clear()
             await self._ready.wait()
-        w = min(alive, key=lambda w: w.sentences)
+        w = min(alive, key=lambda w: (w.sentences, w.batches))  # among equals, the one given fewer jobs
         job_id = next(self._job_ids)
         job = _Job([None] * len(sources), len(sources), deliver, loop.create_future())
         if not w.jobs:

@@ -59,7 +59,7 @@ def free_port() -> int:
 def start_server(args) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {**os.environ, "NMT_MODEL_DIRS": args.model}
-    for name in ("workers", "threads_per_worker", "max_wait_ms", "batch_tokens", "device", "dtype"):
+    for name in ("workers", "threads_per_worker", "max_wait_ms", "batch_tokens", "device", "dtype", "running_batch"):
         value = getattr(args, name)
         if value is not None:
             env[f"NMT_{name.upper()}"] = str(value)
@@ -285,6 +285,7 @@ def main() -> None:
                    "without the model's vocabulary shortlist)")
     p.add_argument("--alignments", action="store_true", help="every request asks for its attention alignments "
                    "(stored by the server: NMT_ALIGNMENT_STORE)")
+    p.add_argument("--running-batch", choices=["auto", "true", "false"], help="NMT_RUNNING_BATCH")
     p.add_argument("--json", help="also write the numbers here")
     args = p.parse_args()
 

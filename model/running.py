@@ -17,6 +17,12 @@ candidates is a ring of `capacity` steps, which no sentence outlives.
         batch.admit(arrived_meanwhile[: batch.free])
 
 Each sentence's hypotheses are those `beam_search` gives it alone (tests/test_running.py).
+
+Two kinds, one use: `RunningBatch` over the GPU's fixed-shape step (every slot computed, which a
+CUDA graph replays at the cost of one launch), and `EagerRunningBatch` over the model's own
+decoder step (the CPU's: only the running sentences' rows, the C++ attention and search step, the
+vocabulary shortlist), whose rows sit at their own positions in a shared cache
+(transformer.DecoderCache.start). `RunningBatches` keeps one per decoding shape for a worker.
 """
 
 from __future__ import annotations
@@ -26,11 +32,14 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 
 from model.graphs import Bucket, GraphedBeamSearch, round_up_length, round_up_sentences
 from model.options import DecodingOptions
 from model.pipeline import Decoded
-from model.search import Hypothesis
+from model.search import Hypothesis, IncrementalDecoder, SelectFn, columns_of, encode_by_length, hypothesis_at, select
+from model.shortlist import Shortlist
+from model.transformer import DecoderCache
 from model.translator import as_decoded
 
 
@@ -184,6 +193,225 @@ class RunningBatch:
         self.search.give_back(self.buf)
 
 
+class EagerRunningBatch:
+    """A running batch over the model's own decoder step (the CPU's engine: its C++ attention
+    and search step, and the vocabulary shortlist), where RunningBatch above runs the GPU's
+    fixed-shape step. Its rows are the running sentences' beams only, so a step costs what
+    these sentences cost: sentences join at a step boundary (encoded on admission, their
+    encoder-decoder keys/values appended to the cache) and leave when done, as in beam_search,
+    whose hypotheses each gets (tests/test_running.py). Rows sit at their own positions: a
+    sentence that joins at column c writes its position p at column c + p of a shared
+    self-attention buffer, whose columns before c its rows do not read (transformer.DecoderCache:
+    `start`); columns no running sentence reads any more are dropped when the buffer is full.
+
+    Same use as RunningBatch: `admit` (up to `free` sentences), `step`, `drop`, `close`.
+    """
+
+    def __init__(self, decoder: IncrementalDecoder, slots: int, beam_size: int, length_penalty: float = 1.0,
+                 attention: bool = False, shortlist: Shortlist | None = None, select_fn: SelectFn = select):
+        """decoder: a Transformer (its decode_step reads per-row positions; the fused int8 step does not)."""
+        self.decoder, self.view = decoder, decoder  # view: the decoder over this batch's shortlist
+        self.slots, self.k, self.length_penalty, self.attention = slots, beam_size, length_penalty, attention
+        self.shortlist, self.select_fn = shortlist, select_fn
+        c = self.config = decoder.config
+        self.columns: Tensor | None = None  # the target ids of the logits' columns (with a shortlist)
+        self.left = 0  # sentences gone since the columns were computed anew
+        self.banned, self.eos_col = (c.pad_id,), c.eos_id
+        self.cache: DecoderCache | None = None
+        self.free_slots: list[int] = []  # of the cache's self-attention buffer
+        self.steps = 0  # steps run: the history's index
+        # per running sentence, in the cache's source order
+        self.key: list[Hashable] = []
+        self.ids: list[list[int]] = []
+        self.joined: list[int] = []  # the step it joined at
+        self.column: list[int] = []  # the cache column its first position is in
+        self.cap: list[int] = []  # most new tokens, EOS included
+        self.wanted: list[int] = []  # hypotheses it returns
+        self.tokens = torch.empty(0, dtype=torch.long)  # (N,) each row's newest token
+        self.run_scores = torch.empty(0, beam_size)  # (B, k)
+        self.pool_scores = torch.empty(0, beam_size)  # (B, k) hypotheses set aside, best first
+        self.pool_ref = torch.empty(0, beam_size, dtype=torch.long)  # (B, k) step * 2k + candidate
+        self.max_len = torch.empty(0, dtype=torch.long)  # (B,)
+        self.own_steps = torch.empty(0, dtype=torch.long)  # (B,) steps each sentence has run
+        # per step still read by a running sentence: its records on the host (search.hypothesis_at's)
+        # and, with attention, the beams' encoder-decoder attention (B, k, L, H, S)
+        self.history: dict[int, tuple] = {}
+        self.attention_of: dict[int, Tensor] = {}
+        self.where: dict[Hashable, int] = {}  # the running sentences' places, shared by steps until it changes
+
+    @property
+    def free(self) -> int:
+        return self.slots - len(self.key)
+
+    @property
+    def running(self) -> int:
+        return len(self.key)
+
+    @torch.inference_mode()
+    def admit(self, items: list[tuple[Hashable, list[int], int]], n_best: list[int] | None = None) -> None:
+        """Sentences (key, EOS-terminated source ids, most new tokens) join now, encoded now;
+        n_best: how many hypotheses each returns (default all beam_size)."""
+        if len(items) > self.free:
+            raise ValueError(f"{len(items)} sentences for {self.free} free slots")
+        if not items:
+            return
+        c, k, n = self.config, self.k, len(items)
+        if max(len(ids) for _, ids, _ in items) > c.max_positions or max(cap for *_, cap in items) > c.max_positions:
+            raise ValueError(f"a sentence longer than the model takes ({c.max_positions} positions)")
+        src = torch.full((n, max(len(ids) for _, ids, _ in items)), c.pad_id, dtype=torch.long)
+        for i, (_, ids, _) in enumerate(items):
+            src[i, : len(ids)] = torch.tensor(ids)
+        memory, src_mask = encode_by_length(self.decoder, src)  # (n, S, D), (n, 1, 1, S)
+        theirs = self.decoder.start_cache(memory, src_mask, group=k, capacity=1)  # their encoder-decoder keys/values
+        cap = max(cap for *_, cap in items)
+        if self.cache is None:  # the first sentences: a buffer with room for as many again, and for longer ones
+            self.cache = theirs
+            self.cache.start = torch.zeros(n * k, dtype=torch.long)
+            self.cache.resize(2 * n * k, 2 * cap)
+            self.free_slots = list(range(n * k, 2 * n * k))
+        else:
+            self._make_room(n * k, cap)
+            slots, self.free_slots = self.free_slots[: n * k], self.free_slots[n * k:]
+            self.cache.join(theirs, torch.tensor(slots))
+        cache = self.cache
+        start = torch.full((n, k), -1e9)
+        start[:, 0] = 0.0  # all beams start equal: expand only the first
+        self.tokens = torch.cat([self.tokens, torch.full((n * k,), c.decoder_start_id, dtype=torch.long)])
+        self.run_scores = torch.cat([self.run_scores, start])
+        self.pool_scores = torch.cat([self.pool_scores, torch.full((n, k), float("-inf"))])
+        self.pool_ref = torch.cat([self.pool_ref, torch.zeros(n, k, dtype=torch.long)])
+        self.max_len = torch.cat([self.max_len, torch.tensor([cap for *_, cap in items])])
+        self.own_steps = torch.cat([self.own_steps, torch.zeros(n, dtype=torch.long)])
+        for (key, ids, cap), wanted in zip(items, n_best or [k] * n):
+            self.wanted.append(wanted)
+            self.key.append(key)
+            self.ids.append(ids)
+            self.joined.append(self.steps)
+            self.column.append(cache.length)
+            self.cap.append(cap)
+        self.where = {key: i for i, key in enumerate(self.key)}
+        if self.shortlist is not None:
+            self._shortlist([ids for _, ids, _ in items])
+
+    def _make_room(self, rows: int, cap: int) -> None:
+        """Free slots for `rows` more rows, and columns for every running sentence's cap and a new
+        one of `cap` new tokens from the next column: drop the columns no one reads, then grow."""
+        cache = self.cache
+        end = max([column + n for column, n in zip(self.column, self.cap)] + [cache.length + cap])
+        if end > cache.capacity:
+            first = min(self.column)
+            cache.drop_columns(first)
+            self.column = [column - first for column in self.column]
+            end -= first
+        slots = cache.self_kv.size(0)
+        if len(self.free_slots) < rows or end > cache.capacity:
+            grown = slots if len(self.free_slots) >= rows else max(2 * slots, slots - len(self.free_slots) + rows)
+            cache.resize(grown, max(cache.capacity, end))
+            self.free_slots += range(slots, grown)
+
+    def _shortlist(self, joining: list[list[int]]) -> None:
+        """The logits' columns: the target pieces any running sentence may write. Joining sentences
+        add theirs; the set is computed anew (dropping the pieces of sentences gone) once half the
+        sentences it was computed for have left."""
+        c = self.config
+        if self.columns is None or self.left >= max(4, len(self.key) // 2):
+            columns, self.left = self.shortlist.columns(self.ids, always=[c.eos_id]), 0
+        else:
+            columns = torch.cat([self.columns, self.shortlist.columns(joining, always=[c.eos_id])]).unique()
+        if self.columns is not None and torch.equal(columns, self.columns):
+            return
+        self.columns, self.view = columns, self.decoder.shortlisted(columns)
+        pad_col, self.eos_col = columns_of(columns, (c.pad_id, c.eos_id))
+        self.banned = (pad_col,) if pad_col >= 0 else ()
+
+    @torch.inference_mode()
+    def step(self) -> list[tuple[Hashable, list[Hypothesis]]]:
+        """One step of every running sentence; returns those that finished, with their hypotheses
+        (best first, as many as each wants)."""
+        if not self.key:
+            return []
+        B, k, t = len(self.key), self.k, self.steps
+        logits, attn = self.view.decode_step(self.tokens, self.cache, need_weights=self.attention)  # (N, V')
+        chosen, any_done, in_place = self.select_fn(logits, self.run_scores, self.pool_scores, self.pool_ref,
+                                                    self.max_len, t, self.banned, self.eos_col, self.length_penalty,
+                                                    steps=self.own_steps)
+        cand_tok, tokens = chosen.cand_tok, chosen.tokens
+        if self.columns is not None:  # column -> target id
+            cand_tok, tokens = self.columns[cand_tok], self.columns[tokens]
+        self.history[t] = (self.where, chosen.cand_scores.tolist(), chosen.cand_row.tolist(), cand_tok.tolist(),
+                           chosen.keep.tolist())
+        if attn is not None:  # (L, N, H, S) -> (B, k, L, H, S)
+            self.attention_of[t] = attn.transpose(0, 1).reshape(B, k, attn.size(0), *attn.shape[2:])
+        self.steps += 1
+        self.tokens, self.run_scores = tokens, chosen.run_scores
+        self.pool_scores, self.pool_ref, self.own_steps = chosen.pool_scores, chosen.pool_ref, self.own_steps + 1
+        finished = []
+        if any_done:
+            done = chosen.done.nonzero()[:, 0].tolist()
+            scores, refs = self.pool_scores[done].tolist(), self.pool_ref[done].tolist()
+            for i, pool_scores, pool_ref in zip(done, scores, refs):
+                finished.append((self.key[i], self.read_back(i, pool_scores, pool_ref)))
+            self._leave(done, chosen.parents)
+        elif not in_place:
+            self.cache.reorder((torch.arange(B)[:, None] * k + chosen.parents).view(-1))
+        self._forget()
+        return finished
+
+    def read_back(self, i: int, pool_scores: list[float], pool_ref: list[int]) -> list[Hypothesis]:
+        """Sentence i's pool, done at this step, as its best hypotheses, each followed back to the
+        step the sentence joined at; with attention, each one's along its beams (L, H, T, source length)."""
+        key, first, n_cand, S = self.key[i], self.joined[i], 2 * self.k, len(self.ids[i])
+        hypotheses = []
+        for score, ref in list(zip(pool_scores, pool_ref))[: self.wanted[i]]:
+            if score == float("-inf"):
+                break  # fewer hypotheses than beams (tiny vocabularies)
+            h, beams = hypothesis_at(self.history, key, *divmod(ref, n_cand), score, self.config.eos_id, first)
+            if self.attention:
+                along = [self.attention_of[s][place, beam, :, :, :S] for s, place, beam in reversed(beams)]
+                h.attention = torch.stack(along, 2).float()  # (L, H, T, S)
+            hypotheses.append(h)
+        return hypotheses
+
+    def drop(self, keys: set[Hashable]) -> None:
+        """Sentences nobody waits for any more leave now, unfinished."""
+        gone = [i for i, key in enumerate(self.key) if key in keys]
+        if gone:
+            self._leave(gone, torch.arange(self.k).expand(len(self.key), -1))
+            self._forget()
+
+    def _leave(self, gone: list[int], parents: Tensor) -> None:
+        """Sentences `gone` (places) out of the batch, their slots free; the others' beams
+        continue `parents` (B, k)."""
+        B, k = len(self.key), self.k
+        kept = [i for i in range(B) if i not in set(gone)]
+        self.left += len(gone)
+        self.free_slots += self.cache.slot.view(B, k)[gone].flatten().tolist()
+        alive = torch.tensor(kept, dtype=torch.long)
+        self.cache.reorder((alive[:, None] * k + parents[alive]).view(-1), sources=alive)
+        self.tokens = self.tokens.view(B, k)[alive].view(-1)
+        self.run_scores, self.pool_scores, self.pool_ref = (x[alive] for x in (self.run_scores, self.pool_scores,
+                                                                                self.pool_ref))
+        self.max_len, self.own_steps = self.max_len[alive], self.own_steps[alive]
+        for name in ("key", "ids", "joined", "column", "cap", "wanted"):
+            setattr(self, name, [getattr(self, name)[i] for i in kept])
+        self.where = {key: i for i, key in enumerate(self.key)}
+        if not self.key:  # the next sentences start a cache of their own size
+            self.cache, self.free_slots, self.columns = None, [], None
+        else:  # no more source positions than the longest source left
+            self.cache.cut_sources(max(len(ids) for ids in self.ids))
+
+    def _forget(self) -> None:
+        """The history before the oldest running sentence joined: nobody reads it any more."""
+        first = min(self.joined, default=self.steps)
+        for s in [s for s in self.history if s < first]:
+            del self.history[s]
+            self.attention_of.pop(s, None)
+
+    def close(self) -> None:
+        """Nothing to give back: its buffers go with it."""
+        self.cache = None
+
+
 @dataclass(frozen=True)
 class Shape:
     """What sentences must share to run in one running batch: how they are searched, and a size."""
@@ -222,9 +450,14 @@ class RunningBatches:
     for Translator.decode_all.
     """
 
-    def __init__(self, translator, slots: int = 64):
+    def __init__(self, translator, slots: int = 64, fixed_shape: bool | None = None):
+        """fixed_shape: RunningBatch over the graphed search's fixed-shape step (default on a GPU),
+        else EagerRunningBatch over the model's own step (default on a CPU)."""
         self.translator, self.slots = translator, slots
-        self.search = translator.graphed_search or GraphedBeamSearch(translator.model, capture=False)
+        self.fixed_shape = translator.device.type == "cuda" if fixed_shape is None else fixed_shape
+        self.search = None
+        if self.fixed_shape:
+            self.search = translator.graphed_search or GraphedBeamSearch(translator.model, capture=False)
         self.batches: dict[Shape, RunningBatch] = {}
         self.waiting: dict[Shape, deque[_Sentence]] = {}
         self.sentences: dict[Hashable, _Sentence] = {}  # in a batch now, by tag
@@ -246,8 +479,10 @@ class RunningBatches:
             raise ValueError("a running batch has no minimum length and no repetition penalty: use decode_all")
         t = self.translator
         length_penalty = t.length_penalty if options.length_penalty is None else options.length_penalty
-        source_len = round_up_length(len(ids))
-        capacity = round_up_length(t.length_cap(source_len, options.max_length))
+        source_len = capacity = 0  # an eager batch takes sentences of any length
+        if self.fixed_shape:
+            source_len = round_up_length(len(ids))
+            capacity = round_up_length(t.length_cap(source_len, options.max_length))
         shape = Shape(options.beam_size, length_penalty, options.attention or weights, source_len, capacity)
         sentence = _Sentence(tag, shape, ids, t.length_cap(len(ids), options.max_length), options.n_best,
                              options.attention)
@@ -262,12 +497,13 @@ class RunningBatches:
             try:
                 batch = self.batches.get(shape)
                 if batch is None:
-                    batch = self.batches[shape] = RunningBatch(
-                        self.search, self.slots, shape.beam_size, shape.source_len, shape.capacity,
-                        shape.length_penalty, shape.attention)
+                    batch = self.batches[shape] = self._batch(shape)
                 joining = [queue.popleft() for _ in range(min(batch.free, len(queue)))]
                 self.sentences.update((s.tag, s) for s in joining)
-                batch.admit([(s.tag, s.ids, s.cap) for s in joining])
+                if self.fixed_shape:
+                    batch.admit([(s.tag, s.ids, s.cap) for s in joining])
+                else:
+                    batch.admit([(s.tag, s.ids, s.cap) for s in joining], [s.n_best for s in joining])
                 done = batch.step()
             except Exception as e:
                 finished += self._fail(shape, e)
@@ -280,6 +516,14 @@ class RunningBatches:
                 del self.batches[shape]
                 self.waiting.pop(shape, None)
         return finished
+
+    def _batch(self, shape: Shape) -> RunningBatch | EagerRunningBatch:
+        if self.fixed_shape:
+            return RunningBatch(self.search, self.slots, shape.beam_size, shape.source_len, shape.capacity,
+                                shape.length_penalty, shape.attention)
+        t = self.translator
+        return EagerRunningBatch(t.model, self.slots, shape.beam_size, shape.length_penalty, shape.attention,
+                                 t.shortlist, t.select_fn)
 
     def cancel(self, tags: set[Hashable]) -> None:
         """Sentences nobody waits for any more: out of the queues and of their batches' slots."""

@@ -163,11 +163,15 @@ class Selection:
 
 
 def select(logits: Tensor, run_scores: Tensor, pool_scores: Tensor, pool_ref: Tensor, max_len: Tensor, t: int,
-           banned: tuple[int, ...], eos_id: int, length_penalty: float) -> tuple[Selection, bool, bool]:
+           banned: tuple[int, ...], eos_id: int, length_penalty: float, steps: Tensor | None = None
+           ) -> tuple[Selection, bool, bool]:
     """One step of beam search after the decoder (`select_on_device`), and what the loop must
     know on the host: whether any sentence is done, whether every beam continues itself (no
-    reorder). PyTorch ops; model/kernels has the same step as one C++ call (kernels.select)."""
-    chosen = select_on_device(logits, run_scores, pool_scores, pool_ref, max_len, t, banned, eos_id, length_penalty)
+    reorder). t: the step's index in the history; steps (B,): each sentence's own step count
+    when they differ (a running batch's sentences joined at different steps), else t. PyTorch
+    ops; model/kernels has the same step as one C++ call (kernels.select)."""
+    chosen = select_on_device(logits, run_scores, pool_scores, pool_ref, max_len, t if steps is None else steps,
+                              banned, eos_id, length_penalty, history_step=t)
     k = run_scores.size(1)
     # one host sync per step
     any_done, in_place = torch.stack([chosen.done.any(),
@@ -287,7 +291,7 @@ def beam_search(
 
     # the logits' columns: the vocabulary, or a shortlist of it whose column j is id columns[j]
     columns = getattr(model, "columns", None)
-    pad_col, eos_col = (c.pad_id, c.eos_id) if columns is None else _columns_of(columns, (c.pad_id, c.eos_id))
+    pad_col, eos_col = (c.pad_id, c.eos_id) if columns is None else columns_of(columns, (c.pad_id, c.eos_id))
     # the decoder never emits PAD; EOS is banned before min_new_tokens (a column not in a shortlist needs no ban)
     banned_late = tuple(col for col in (pad_col,) if col >= 0)
     banned_early = tuple(col for col in (pad_col, eos_col) if col >= 0)
@@ -359,7 +363,7 @@ def search_caps(src: Tensor, beam_size: int, n_best: int, max_new_tokens: Tensor
     return max_len
 
 
-def _columns_of(columns: Tensor, ids: tuple[int, ...]) -> tuple[int, ...]:
+def columns_of(columns: Tensor, ids: tuple[int, ...]) -> tuple[int, ...]:
     """The column of each id in sorted `columns`, or -1 where it is not one."""
     at = torch.searchsorted(columns, torch.tensor(ids, device=columns.device)).clamp(max=columns.numel() - 1)
     return tuple(int(j) if int(columns[j]) == i else -1 for i, j in zip(ids, at.tolist()))
@@ -382,7 +386,7 @@ def read_back(steps: list[StepRecord], finished, n_best: int, n_cand: int, eos_i
             for score, ref in list(zip(row_scores, row_refs))[:n_best]:
                 if score == float("-inf"):
                     break  # fewer than n_best hypotheses exist (tiny vocabularies)
-                hypothesis, beams = _hypothesis(host, b, *divmod(ref, n_cand), score, eos_id)
+                hypothesis, beams = hypothesis_at(host, b, *divmod(ref, n_cand), score, eos_id)
                 results[b].append(hypothesis)
                 paths.append((hypothesis, beams, source_len[b]))
     if steps and steps[0].attention is not None:
@@ -391,19 +395,21 @@ def read_back(steps: list[StepRecord], finished, n_best: int, n_cand: int, eos_i
     return results
 
 
-def _hypothesis(host, b: int, step: int, cand: int, score: float, eos_id: int
-                ) -> tuple[Hypothesis, list[tuple[int, int, int]]]:
-    """The hypothesis of sentence b that is candidate `cand` of step `step`: walk back to step 0.
-    Also its beams, newest first: (step, the sentence's place in it, the beam that step extended)."""
+def hypothesis_at(host, b, step: int, cand: int, score: float, eos_id: int, first: int = 0
+                  ) -> tuple[Hypothesis, list[tuple[int, int, int]]]:
+    """The hypothesis of sentence b that is candidate `cand` of step `step`: walk back to the
+    sentence's first step. host[s]: step s's (where: sentence -> its place, candidate scores, rows,
+    tokens, keep) as lists. Also its beams, newest first: (step, the sentence's place in it, the
+    beam that step extended)."""
     where, cand_scores, _, _, _ = host[step]
     log_prob = cand_scores[where[b]][cand]
     ids, beams = [], []  # newest first
-    for s in range(step, -1, -1):
+    for s in range(step, first - 1, -1):
         where, _, row, token, keep = host[s]
         i = where[b]
         ids.append(token[i][cand])
         beams.append((s, i, row[i][cand]))
-        if s > 0:
+        if s > first:
             prev_where, _, _, _, prev_keep = host[s - 1]
             cand = prev_keep[prev_where[b]][row[i][cand]]
     ids.reverse()

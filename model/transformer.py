@@ -224,6 +224,10 @@ class DecoderCache:
         self.src_bias.masked_fill_(~src_mask, float("-inf"))
         self.group = group
         self.length = 0  # positions filled so far
+        # the column at which each row's sentence began (N,), or None: all at 0. A running batch
+        # (model/running.py) has sentences that joined at later steps; a row's position is then
+        # length - start, and the columns before its start are not its own.
+        self.start: Tensor | None = None
 
     @property
     def capacity(self) -> int:
@@ -232,6 +236,75 @@ class DecoderCache:
     def layer(self, i: int) -> Tensor:
         """Decoder layer i's self-attention keys [:, :, 0] and values [:, :, 1]: (slots, capacity, 2, H, Dh)."""
         return self.self_kv[:, :, i]
+
+    def positions(self) -> int | Tensor:
+        """The position this step writes: `length`, or per row (N,) when sentences began apart."""
+        return self.length if self.start is None else self.length - self.start
+
+    def self_bias(self, dtype: torch.dtype) -> Tensor | None:
+        """Self-attention's additive bias over the columns so far (N, 1, 1, length + 1): -inf on
+        the columns before a row's start; None when every row starts at column 0."""
+        if self.start is None:
+            return None
+        columns = torch.arange(self.length + 1, device=self.start.device)
+        bias = torch.zeros(self.start.size(0), 1, 1, self.length + 1, dtype=dtype, device=self.start.device)
+        return bias.masked_fill_((columns < self.start[:, None])[:, None, None, :], float("-inf"))
+
+    # ---- a running batch's cache (model/running.py): sentences join, and the columns move on ----
+
+    def join(self, other: DecoderCache, slots: Tensor) -> None:
+        """`other`'s sources (their encoder-decoder keys/values; nothing of their own written yet)
+        become this cache's last ones, their rows beginning at this column and writing into
+        `slots` (free slots of this cache's self-attention buffer, other.group rows a source)."""
+        assert other.group == self.group and slots.numel() == other.slot.numel(), "a group of free slots per source"
+        S = max(self.src_bias.size(-1), other.src_bias.size(-1))
+
+        def kv(x: Tensor) -> Tensor:  # (B, H, S', Dh) -> (B, H, S, Dh)
+            return F.pad(x, (0, 0, 0, S - x.size(-2))) if x.size(-2) < S else x
+
+        def bias(x: Tensor) -> Tensor:  # (B, 1, 1, S') -> (B, 1, 1, S), -inf on the padding
+            return F.pad(x, (0, S - x.size(-1)), value=float("-inf")) if x.size(-1) < S else x
+
+        self.cross_kv = [tuple(torch.cat([kv(a), kv(b)]) for a, b in zip(mine, theirs))
+                         for mine, theirs in zip(self.cross_kv, other.cross_kv)]  # per layer: 2 x (B, H, S, Dh)
+        self.src_bias = torch.cat([bias(self.src_bias), bias(other.src_bias)])
+        start = torch.zeros(self.slot.numel(), dtype=torch.long, device=slots.device) if self.start is None else self.start
+        self.start = torch.cat([start, torch.full_like(slots, self.length)])
+        self.slot = torch.cat([self.slot, slots])
+        # the new rows' earlier columns are not theirs (masked); any valid slot keeps them readable
+        self.table = torch.cat([self.table, slots[:, None].expand(-1, self.capacity)])
+
+    def cut_sources(self, S: int) -> None:
+        """Only the first S source positions are read (the longest source left is S long)."""
+        if self.src_bias.size(-1) > S:
+            self.cross_kv = [(k[:, :, :S], v[:, :, :S]) for k, v in self.cross_kv]
+            self.src_bias = self.src_bias[..., :S]
+
+    def resize(self, slots: int, capacity: int) -> None:
+        """A self-attention buffer of `slots` x `capacity`, at least as large as now, with what is
+        written kept."""
+        old = self.self_kv
+        if (slots, capacity) == tuple(old.shape[:2]):
+            return
+        assert slots >= old.size(0) and capacity >= self.length, "a buffer only grows"
+        # zeros, not garbage: a row reads the masked columns before its start too, and a NaN there
+        # would survive the -inf bias
+        self.self_kv = old.new_zeros(slots, capacity, *old.shape[2:])
+        self.self_kv[: old.size(0), : self.length] = old[:, : self.length]
+        table = self.table.new_zeros(self.table.size(0), capacity)
+        table[:, : self.length] = self.table[:, : self.length]
+        self.table = table
+
+    def drop_columns(self, m: int) -> None:
+        """Forget the first m columns, which no row reads any more (every row starts at m or later):
+        what follows moves to the front, so the buffer's columns serve the steps to come."""
+        assert self.start is None or bool((self.start >= m).all()), "a row still reads those columns"
+        kept = self.length - m
+        self.self_kv[:, :kept] = self.self_kv[:, m : self.length].clone()
+        self.table[:, :kept] = self.table[:, m : self.length].clone()
+        if self.start is not None:
+            self.start = self.start - m
+        self.length = kept
 
     def reorder(self, rows: Tensor, sources: Tensor | None = None) -> None:
         """Row r becomes old row rows[r] (beam back-pointers; a row stays within its source).
@@ -246,6 +319,8 @@ class DecoderCache:
             self.slot = self.slot.view(-1, self.group).index_select(0, sources).view(-1)
             self.cross_kv = [(k.index_select(0, sources), v.index_select(0, sources)) for k, v in self.cross_kv]
             self.src_bias = self.src_bias.index_select(0, sources)
+            if self.start is not None:
+                self.start = self.start.view(-1, self.group).index_select(0, sources).view(-1)
 
 
 class Transformer(nn.Module):
@@ -345,7 +420,11 @@ class Transformer(nn.Module):
         t, g = cache.length, cache.group
         if t >= cache.capacity:
             raise ValueError(f"decoder cache is full ({cache.capacity} positions)")
-        x = self.embed(self.tgt_embed, tokens[:, None], start=t)  # (N, 1, D)
+        if cache.start is None:
+            x = self.embed(self.tgt_embed, tokens[:, None], start=t)  # (N, 1, D)
+        else:  # rows at their own positions (a running batch's)
+            x = (self.tgt_embed(tokens) * self.embed_scale + self.positions[cache.positions()])[:, None]
+        self_bias = cache.self_bias(x.dtype)  # (N, 1, 1, t + 1) or None
         cache.table[:, t] = cache.slot
         history = cache.table[:, : t + 1]  # (N, t + 1) the slot of each position
         all_weights = []
@@ -356,7 +435,7 @@ class Transformer(nn.Module):
                 kv[cache.slot, t] = qkv[:, 1:]  # one copy stores key and value: (N, 2, H, Dh)
                 q = qkv[:, 0, :, None]  # (N, H, 1, Dh)
                 k, v = kv[:, : t + 1].transpose(1, 3).unbind(2)  # 2 x (slots, H, t + 1, Dh)
-                return attn.attend(q, k, v, None, rows=history)
+                return attn.attend(q, k, v, self_bias, rows=history)
 
             def cross_attention(h, attn=layer.cross_attn, mem_k=mem_k, mem_v=mem_v):
                 return attn.attend_per_source(h, mem_k, mem_v, cache.src_bias, g, need_weights)

@@ -71,6 +71,29 @@ def test_attention_equals_softmax_attention(kernels, dtype, Dh, Tq, Tk):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_keys_masked_at_either_end_are_skipped_as_if_absent(kernels, dtype):
+    """A running batch's row reads the columns from its start on (the ones before: -inf), a padded
+    source the positions before its padding: each entry's output is bit for bit the one over its
+    own keys alone, and the masked keys' weights are exactly 0, even where they hold NaN."""
+    g = torch.Generator().manual_seed(11)
+    H, Dh, Tk = 2, 32, 37
+    k, v = (torch.randn(3, H, Tk, Dh, generator=g).to(dtype) for _ in range(2))
+    q = torch.randn(3, H, 1, Dh, generator=g).to(dtype)
+    spans = [(0, Tk), (5, Tk), (9, 30)]  # the columns each entry reads
+    bias = torch.full((3, 1, 1, Tk), float("-inf"), dtype=dtype)
+    for b, (first, last) in enumerate(spans):
+        bias[b, ..., first:last] = 0.0
+        k[b, :, :first] = float("nan")  # never read
+    out, weights = loader.attention(q, k, v, bias, True)
+    for b, (first, last) in enumerate(spans):
+        alone, alone_weights = loader.attention(q[b : b + 1], k[b : b + 1, :, first:last], v[b : b + 1, :, first:last],
+                                                None, True)
+        assert torch.equal(out[b : b + 1], alone)
+        assert torch.equal(weights[b : b + 1, ..., first:last], alone_weights)
+        assert weights[b, ..., :first].abs().sum() == 0 and weights[b, ..., last:].abs().sum() == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_attention_through_a_slot_table_equals_attention_on_gathered_keys(kernels, monkeypatch, dtype):
     """rows[b, j]: the cache slot holding key j of entry b (beams that share a history)."""
     g = torch.Generator().manual_seed(5)

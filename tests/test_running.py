@@ -1,12 +1,15 @@
 """model/running.py: sentences that join a running batch at step boundaries and leave it when
-done get the hypotheses beam_search gives each alone (the CPU twin of the GPU step: capture=False)."""
+done get the hypotheses beam_search gives each alone: RunningBatch (the GPU's fixed-shape step,
+here its CPU twin: capture=False) and EagerRunningBatch (the model's own step: the CPU's)."""
 
 import pytest
 import torch
 
+from model import kernels
 from model.graphs import GraphedBeamSearch
-from model.running import RunningBatch
-from model.search import beam_search
+from model.running import EagerRunningBatch, RunningBatch
+from model.search import beam_search, select
+from model.transformer import Transformer
 from tests.test_search import EOS, tiny
 
 
@@ -15,9 +18,20 @@ def sentence(seed: int, length: int) -> list[int]:
     return torch.randint(4, 40, (length - 1,), generator=g).tolist() + [EOS]
 
 
-def alone(model, ids, beam, cap, attention=False):
-    [hypotheses] = beam_search(model, torch.tensor([ids]), beam, beam, max_new_tokens=cap, return_attention=attention)
+def alone(model, ids, beam, cap, attention=False, select_fn=select):
+    [hypotheses] = beam_search(model, torch.tensor([ids]), beam, beam, max_new_tokens=cap, return_attention=attention,
+                               select_fn=select_fn)
     return hypotheses
+
+
+def kernel_model(seed=0):
+    """tiny's arithmetic through the C++ attention (a head size it takes) and search step."""
+    if not kernels.available():
+        pytest.skip("the C++ kernels are not built")
+    reference = tiny(eos_bias=0.0, seed=seed, d_model=4 * kernels.loaded().vector_size, n_heads=4)
+    model = Transformer(reference.config, kernels.decoder_attention).eval()
+    model.load_state_dict(reference.state_dict())
+    return model
 
 
 def same(got, expected):
@@ -74,6 +88,72 @@ def test_attention_follows_each_hypothesis():
             torch.testing.assert_close(got.attention, want.attention, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("engine", ["reference", "kernels"])
+@pytest.mark.parametrize("beam", [1, 4])
+def test_sentences_joining_and_leaving_an_eager_batch_get_what_they_get_alone(beam, engine):
+    model, select_fn = (tiny(eos_bias=0.0), select) if engine == "reference" else (kernel_model(), kernels.select)
+    # more sentences than slots, of different lengths and caps: some wait for a slot, join while
+    # others are half done, and the columns nobody reads any more are dropped as the buffer fills
+    arrivals = [(i, sentence(i, 1 + (7 * i) % 19), 5 + (11 * i) % 28) for i in range(14)]
+    batch = EagerRunningBatch(model, slots=4, beam_size=beam, select_fn=select_fn)
+    waiting, results, joined_late, dropped_columns = list(arrivals), {}, 0, False
+    batch.admit(waiting[:2])
+    waiting = waiting[2:]
+    while batch.running or waiting:
+        length = batch.cache.length if batch.cache is not None else 0
+        for key, hypotheses in batch.step():
+            assert key not in results
+            results[key] = hypotheses
+        if batch.steps % 3 == 0 and waiting and batch.free:
+            joined_late += bool(batch.running)
+            n = min(batch.free, len(waiting))
+            batch.admit(waiting[:n])
+            waiting = waiting[n:]
+            dropped_columns |= batch.cache.length < length
+    assert joined_late > 3 and dropped_columns
+    assert sorted(results) == [key for key, *_ in arrivals]
+    for key, ids, cap in arrivals:
+        same(results[key], alone(model, ids, beam, cap, select_fn=select_fn))
+    assert batch.cache is None and not batch.history  # all gone with the last sentence
+
+
+def test_an_eager_batch_returns_each_hypothesis_attention_along_its_beams():
+    model = tiny(eos_bias=0.0)
+    batch = EagerRunningBatch(model, slots=2, beam_size=3, attention=True)
+    items = [("a", sentence(1, 9), 12), ("b", sentence(2, 4), 20), ("c", sentence(3, 13), 9)]
+    batch.admit(items[:2])
+    results = {}
+    while batch.running:
+        results.update(batch.step())
+        if results and "c" not in batch.key and "c" not in results:  # joins when the first one leaves
+            assert batch.running == 1
+            batch.admit(items[2:])  # a longer source than those running: their keys/values padded
+    for key, ids, cap in items:
+        expected = alone(model, ids, 3, cap, attention=True)
+        same(results[key], expected)
+        for got, want in zip(results[key], expected):
+            assert got.attention.shape == want.attention.shape  # (L, H, T, this source's length)
+            torch.testing.assert_close(got.attention, want.attention, atol=1e-5, rtol=1e-4)
+
+
+def test_an_eager_batch_drops_what_nobody_waits_for():
+    model = tiny(eos_bias=0.0)
+    batch = EagerRunningBatch(model, slots=3, beam_size=2)
+    items = [(i, sentence(i, 6 + i), 15) for i in range(3)]
+    batch.admit(items)
+    batch.step()
+    batch.drop({1})
+    assert batch.key == [0, 2] and batch.free == 1
+    results = {}
+    while batch.running:
+        results.update(batch.step())
+    assert sorted(results) == [0, 2]
+    for key, ids, cap in (items[0], items[2]):
+        same(results[key], alone(model, ids, 2, cap))
+    with pytest.raises(ValueError, match="free slots"):
+        batch.admit([(i, sentence(i, 3), 5) for i in range(4)])
+
+
 def test_what_does_not_fit_is_refused():
     batch = RunningBatch(GraphedBeamSearch(tiny(), capture=False), slots=2, beam_size=2, source_len=32, capacity=32)
     with pytest.raises(ValueError, match="free slots"):
@@ -85,7 +165,8 @@ def test_what_does_not_fit_is_refused():
     assert batch.step() == [] and batch.free == 2
 
 
-def test_running_batches_answer_each_sentence_as_the_translator_decodes_it_alone(tiny_sentinel_checkpoint):
+@pytest.mark.parametrize("fixed_shape", [False, True], ids=["eager", "fixed-shape"])
+def test_running_batches_answer_each_sentence_as_the_translator_decodes_it_alone(tiny_sentinel_checkpoint, fixed_shape):
     """Sentences of several shapes (beams, lengths, attention asked or only its mean) arrive while
     others run; each comes back as soon as it is done, as Translator.decode gives it alone."""
     from model.options import DecodingOptions
@@ -99,7 +180,7 @@ def test_running_batches_answer_each_sentence_as_the_translator_decodes_it_alone
                DecodingOptions(beam_size=3, n_best=3, attention=True, max_length=9)]
     arrivals = [((i, j), translator.encode(text), o, i % 2 == 1)
                 for i, o in enumerate(options) for j, text in enumerate(texts)]
-    batches = RunningBatches(translator, slots=2)
+    batches = RunningBatches(translator, slots=2, fixed_shape=fixed_shape)
     assert RunningBatches.takes(options[0]) and not RunningBatches.takes(DecodingOptions(min_length=2))
     results, steps, late = {}, 0, 0
     for tag, ids, o, weights in arrivals[:4]:
@@ -127,25 +208,27 @@ def test_running_batches_answer_each_sentence_as_the_translator_decodes_it_alone
                 assert g.weights == pytest.approx(e.weights, abs=1e-5)
 
 
-def test_a_failing_batch_fails_its_own_sentences_only(tiny_sentinel_checkpoint, monkeypatch):
+@pytest.mark.parametrize("fixed_shape", [False, True], ids=["eager", "fixed-shape"])
+def test_a_failing_batch_fails_its_own_sentences_only(tiny_sentinel_checkpoint, monkeypatch, fixed_shape):
     from model.options import DecodingOptions
-    from model.running import RunningBatch, RunningBatches
+    from model.running import RunningBatches
     from model.translator import Translator
 
     translator = Translator.load(tiny_sentinel_checkpoint, device="cpu", dtype="float32", shortlist=False)
-    batches = RunningBatches(translator, slots=2)
+    batches = RunningBatches(translator, slots=2, fixed_shape=fixed_shape)
+    kind = RunningBatch if fixed_shape else EagerRunningBatch
     greedy, beam = DecodingOptions(beam_size=1), DecodingOptions(beam_size=2)
     for i in range(3):  # one waits for a slot
         batches.add(("greedy", i), translator.encode("Open the file."), greedy)
     batches.add(("beam", 0), translator.encode("Open the file."), beam)
-    real_step = RunningBatch.step
+    real_step = kind.step
 
     def step(self):
         if self.k == 1:
             raise RuntimeError("injected")
         return real_step(self)
 
-    monkeypatch.setattr(RunningBatch, "step", step)
+    monkeypatch.setattr(kind, "step", step)
     results = {}
     while batches.busy:
         results.update(batches.step())
@@ -153,7 +236,8 @@ def test_a_failing_batch_fails_its_own_sentences_only(tiny_sentinel_checkpoint, 
     assert results[("beam", 0)][0].token_ids == translator.decode([translator.encode("Open the file.")], beam)[0][0].token_ids
 
 
-def test_cancelled_sentences_leave_their_slots_and_the_rest_decode_as_alone(tiny_sentinel_checkpoint):
+@pytest.mark.parametrize("fixed_shape", [False, True], ids=["eager", "fixed-shape"])
+def test_cancelled_sentences_leave_their_slots_and_the_rest_decode_as_alone(tiny_sentinel_checkpoint, fixed_shape):
     from model.options import DecodingOptions
     from model.running import RunningBatches
     from model.translator import Translator
@@ -161,7 +245,7 @@ def test_cancelled_sentences_leave_their_slots_and_the_rest_decode_as_alone(tiny
     translator = Translator.load(tiny_sentinel_checkpoint, device="cpu", dtype="float32", shortlist=False)
     options = DecodingOptions(beam_size=2, max_length=20)
     ids = [translator.encode(t) for t in ["Open the file.", "Hello world.", "Print the document now.", "Save."]]
-    batches = RunningBatches(translator, slots=2)
+    batches = RunningBatches(translator, slots=2, fixed_shape=fixed_shape)
     for i, x in enumerate(ids):
         batches.add(i, x, options)
     batches.step()  # 0 and 1 run, 2 and 3 wait

@@ -12,7 +12,7 @@ from app.registry import _fingerprint
 from model import kernels
 from model.config import SHORTLIST_FILE
 from model.options import DecodingOptions
-from model.search import _columns_of
+from model.search import columns_of
 from model.shortlist import Shortlist
 from model.translator import Translator
 from training.shortlist import build_shortlist
@@ -43,7 +43,7 @@ def test_build_ranks_each_source_piece_by_how_often_its_pairs_hold_a_target_piec
 
 
 def test_columns_of_finds_ids_in_sorted_columns():
-    assert _columns_of(torch.tensor([0, 3, 7]), (3, 0, 5, 9)) == (1, 0, -1, -1)
+    assert columns_of(torch.tensor([0, 3, 7]), (3, 0, 5, 9)) == (1, 0, -1, -1)
 
 
 @needs_kernels

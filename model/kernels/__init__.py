@@ -257,11 +257,12 @@ def decoder_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need
 
 
 def select(logits: Tensor, run_scores: Tensor, pool_scores: Tensor, pool_ref: Tensor, max_len: Tensor, t: int,
-           banned: tuple[int, ...], eos_id: int, length_penalty: float) -> tuple[search.Selection, bool, bool]:
+           banned: tuple[int, ...], eos_id: int, length_penalty: float, steps: Tensor | None = None
+           ) -> tuple[search.Selection, bool, bool]:
     """search.select (beam search's step after the decoder) in one C++ call (search.cpp) for logits
     on the CPU; the reference for the rest."""
     if handles_logits(logits):
         out, any_done, in_place = loaded().beam_step(
-            logits, run_scores, pool_scores, pool_ref, max_len, t, list(banned), eos_id, length_penalty)
+            logits, run_scores, pool_scores, pool_ref, max_len, t, list(banned), eos_id, length_penalty, steps)
         return search.Selection(*out), any_done, in_place
-    return search.select(logits, run_scores, pool_scores, pool_ref, max_len, t, banned, eos_id, length_penalty)
+    return search.select(logits, run_scores, pool_scores, pool_ref, max_len, t, banned, eos_id, length_penalty, steps)

@@ -155,7 +155,7 @@ void attend_head(const Vec* q, const scalar_t* k, const int64_t* k_off, const sc
 // q (B, H, Tq, Dh), k and v (B or slots, H, Tk, Dh): any strides, but Dh contiguous and C = Dh /
 // Vec::size() a whole number. rows: null, or (B, Tk): key j of entry b is k[rows[b, j], :, j]
 // (a decoder cache read through its slot table). bias: undefined or float (B, Tk), added to every
-// head's and query's scores (0 or -inf for source padding). Writes out (B, H, Tq, Dh) and, if not
+// head's and query's scores (0 or -inf: source padding, or the columns before a row's start). Writes out (B, H, Tq, Dh) and, if not
 // null, weights (B, H, Tq, Tk).
 template <int C, typename scalar_t>
 void attention_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const int64_t* rows,
@@ -174,22 +174,33 @@ void attention_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
     float o[C * Vec::size()];
     Vec qv[C];
     for (int64_t b = begin; b < end; ++b) {
-      for (int64_t j = 0; j < Tk; ++j) {
-        const int64_t row = rows ? rows[b * Tk + j] : b;
+      // keys masked at the start (-inf: the columns before a running batch's row began) or at the
+      // end (source padding) are skipped, not computed: their weight is 0, and the entry's own keys
+      // then sum in the order they would alone, unpadded
+      int64_t first = 0, last = Tk;
+      while (bp && first + 1 < last && bp[b * Tk + first] == kNegInf) ++first;
+      while (bp && last - 1 > first && bp[b * Tk + last - 1] == kNegInf) --last;
+      const int64_t n = last - first;
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t row = rows ? rows[b * Tk + first + j] : b;
         TORCH_CHECK(0 <= row && row < k.size(0), "rows must index the ", k.size(0), " slots of k and v, got ", row);
-        k_off[j] = row * ks[0] + j * ks[2];
-        v_off[j] = row * vs[0] + j * vs[2];
+        k_off[j] = row * ks[0] + (first + j) * ks[2];
+        v_off[j] = row * vs[0] + (first + j) * vs[2];
       }
       // head by head: reading all heads of a position together was slower (128 rows x 30 positions)
       for (int64_t h = 0; h < H; ++h) {
         for (int64_t i = 0; i < Tq; ++i) {
           const scalar_t* qi = qp + b * qs[0] + h * qs[1] + i * qs[2];
           for (int c = 0; c < C; ++c) qv[c] = load_float(qi + c * Vec::size()) * scale;
-          attend_head<C>(qv, kp + h * ks[1], k_off.data(), vp + h * vs[1], v_off.data(), bp ? bp + b * Tk : nullptr,
-                         Tk, s.data(), o);
+          attend_head<C>(qv, kp + h * ks[1], k_off.data(), vp + h * vs[1], v_off.data(),
+                         bp ? bp + b * Tk + first : nullptr, n, s.data(), o);
           scalar_t* oi = op + ((b * H + h) * Tq + i) * Dh;
           for (int64_t d = 0; d < Dh; ++d) oi[d] = static_cast<scalar_t>(o[d]);
-          if (weights) std::copy(s.begin(), s.begin() + Tk, weights + ((b * H + h) * Tq + i) * Tk);
+          if (weights) {
+            float* wi = weights + ((b * H + h) * Tq + i) * Tk;
+            std::fill(wi, wi + Tk, 0.f);
+            std::copy(s.begin(), s.begin() + n, wi + first);
+          }
         }
       }
     }
@@ -356,7 +367,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("row_top", &nmt::row_top, "the m best log-probabilities of each row and their columns", release);
   module.def("beam_step", &nmt::beam_step, "one step of beam search after the decoder (model/search.py)",
              py::arg("logits"), py::arg("run_scores"), py::arg("pool_scores"), py::arg("pool_ref"), py::arg("max_len"),
-             py::arg("t"), py::arg("banned"), py::arg("eos_id"), py::arg("length_penalty"), release);
+             py::arg("t"), py::arg("banned"), py::arg("eos_id"), py::arg("length_penalty"),
+             py::arg("steps") = py::none(), release);
   module.def("int8_linear", &nmt::int8_linear, "x W^T + b with int8 W and x quantized row by row", py::arg("x"),
              py::arg("q"), py::arg("scale"), py::arg("qsum"), py::arg("bias") = py::none(), py::arg("relu") = false,
              py::arg("path") = "", release);

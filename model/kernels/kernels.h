@@ -74,7 +74,8 @@ std::tuple<std::vector<at::Tensor>, bool, bool> beam_step(const at::Tensor& logi
                                                           const at::Tensor& pool_scores, const at::Tensor& pool_ref,
                                                           const at::Tensor& max_len, int64_t t,
                                                           const std::vector<int64_t>& banned, int64_t eos_id,
-                                                          double length_penalty);
+                                                          double length_penalty,
+                                                          const c10::optional<at::Tensor>& steps);
 
 // ---- fused.cpp ---------------------------------------------------------------------------
 

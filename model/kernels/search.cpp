@@ -4,6 +4,9 @@
 // cost (~150 us) is most of a step at a few decoder rows; here it is one pass per sentence.
 //
 // Shapes: B sentences, k beams, N = B * k decoder rows, V vocabulary, n = 2k candidates.
+// t is the step's index in the history of candidates (pool references are t * n + candidate);
+// each sentence's own step count is t too, or steps[b] when given (a running batch, whose
+// sentences joined at different steps: model/running.py).
 // Ties between equal scores go to the lower index (torch.topk leaves their order open).
 
 #include "kernels.h"
@@ -34,7 +37,8 @@ std::tuple<std::vector<at::Tensor>, bool, bool> beam_step(const at::Tensor& logi
                                                           const at::Tensor& pool_scores, const at::Tensor& pool_ref,
                                                           const at::Tensor& max_len, int64_t t,
                                                           const std::vector<int64_t>& banned, int64_t eos_id,
-                                                          double length_penalty) {
+                                                          double length_penalty,
+                                                          const c10::optional<at::Tensor>& steps) {
   TORCH_CHECK(run_scores.dim() == 2 && run_scores.scalar_type() == at::kFloat && run_scores.is_contiguous(),
               "run_scores must be contiguous float32 (B, k)");
   const int64_t B = run_scores.size(0), k = run_scores.size(1), n = 2 * k, N = B * k;
@@ -45,6 +49,8 @@ std::tuple<std::vector<at::Tensor>, bool, bool> beam_step(const at::Tensor& logi
               "pool_scores (float32) and pool_ref (int64) must be contiguous (B, k)");
   TORCH_CHECK(max_len.numel() == B && max_len.scalar_type() == at::kLong && max_len.is_contiguous(),
               "max_len must be contiguous int64 (B,)");
+  TORCH_CHECK(!steps || (steps->numel() == B && steps->scalar_type() == at::kLong && steps->is_contiguous()),
+              "steps must be contiguous int64 (B,)");
   const int64_t m = std::min(n, logits.size(1));
   const std::vector<at::Tensor> best = row_top(logits, m, banned);  // (N, m) log-probs and tokens
   const float* row_value = best[0].data_ptr<float>();
@@ -59,8 +65,7 @@ std::tuple<std::vector<at::Tensor>, bool, bool> beam_step(const at::Tensor& logi
   const float* pool = pool_scores.data_ptr<float>();
   const int64_t* ref = pool_ref.data_ptr<int64_t>();
   const int64_t* cap = max_len.data_ptr<int64_t>();
-  // as PyTorch divides a float32 tensor by a Python float: in float32
-  const float denominator = static_cast<float>(std::pow(static_cast<double>(t + 1), length_penalty));
+  const int64_t* own_step = steps ? steps->data_ptr<int64_t>() : nullptr;
   bool any_done = false, in_place = true;
   std::vector<float> scores(k * m), merged(3 * k), masked(n);
   std::vector<int64_t> order;
@@ -71,7 +76,10 @@ std::tuple<std::vector<at::Tensor>, bool, bool> beam_step(const at::Tensor& logi
     top_indices(scores.data(), k * m, n, order);
     float* cs = cand_scores.data_ptr<float>() + b * n;
     int64_t *crow = cand_row.data_ptr<int64_t>() + b * n, *ctok = cand_tok.data_ptr<int64_t>() + b * n;
-    const bool at_cap = t + 1 >= cap[b];
+    const int64_t length = (own_step ? own_step[b] : t) + 1;  // of a candidate, its EOS counted
+    const bool at_cap = length >= cap[b];
+    // as PyTorch divides a float32 tensor by a Python float: in float32
+    const float denominator = static_cast<float>(std::pow(static_cast<double>(length), length_penalty));
     for (int64_t j = 0; j < n; ++j) {
       cs[j] = scores[order[j]];
       crow[j] = order[j] / m;

@@ -69,6 +69,7 @@ class RunningBatch:
         self.key: list[Hashable | None] = [None] * self.bucket.sentences
         self.joined = [0] * self.bucket.sentences
         self.source_len = [0] * self.bucket.sentences
+        self.wanted = [beam_size] * self.bucket.sentences  # hypotheses its sentence returns
 
     @property
     def free(self) -> int:
@@ -79,8 +80,9 @@ class RunningBatch:
         return len(self.key) - self.free
 
     @torch.inference_mode()
-    def admit(self, items: list[tuple[Hashable, list[int], int]]) -> None:
-        """Sentences (key, EOS-terminated source ids, most new tokens) into free slots, encoded now."""
+    def admit(self, items: list[tuple[Hashable, list[int], int]], n_best: list[int] | None = None) -> None:
+        """Sentences (key, EOS-terminated source ids, most new tokens) into free slots, encoded now;
+        n_best: how many hypotheses each returns (default all beam_size)."""
         if len(items) > self.free:
             raise ValueError(f"{len(items)} sentences for {self.free} free slots")
         if not items:
@@ -116,13 +118,13 @@ class RunningBatch:
         b.max_len[at] = torch.tensor([cap for *_, cap in items], device=device)
         b.t[at] = 0
         b.live[at] = True
-        for j, (key, ids, _) in zip(slots, items):
-            self.key[j], self.joined[j], self.source_len[j] = key, self.steps, len(ids)
+        for j, (key, ids, _), wanted in zip(slots, items, n_best or [k] * len(items)):
+            self.key[j], self.joined[j], self.source_len[j], self.wanted[j] = key, self.steps, len(ids), wanted
 
     @torch.inference_mode()
     def step(self) -> list[tuple[Hashable, list[Hypothesis]]]:
         """One step of every running sentence; returns those that finished, with their hypotheses
-        (best first, all beam_size of them), and frees their slots."""
+        (best first, as many as each wants), and frees their slots."""
         if not self.running:
             return []
         b, k = self.buf, self.k
@@ -136,7 +138,9 @@ class RunningBatch:
             host = [h[:, done].cpu() for h in (b.cand_scores, b.cand_row, b.cand_tok, b.keep)]
             pools = b.pool_scores[done].tolist(), b.pool_ref[done].tolist()
             for n, j in enumerate(done):
-                finished.append((self.key[j], self.read_back(j, [h[:, n] for h in host], pools[0][n], pools[1][n])))
+                wanted = self.wanted[j]
+                finished.append((self.key[j], self.read_back(j, [h[:, n] for h in host], pools[0][n][:wanted],
+                                                             pools[1][n][:wanted])))
                 self.key[j] = None
             b.live[done] = False
         if not in_place:
@@ -383,7 +387,8 @@ class EagerRunningBatch:
         """Sentences `gone` (places) out of the batch, their slots free; the others' beams
         continue `parents` (B, k)."""
         B, k = len(self.key), self.k
-        kept = [i for i in range(B) if i not in set(gone)]
+        leaving = set(gone)
+        kept = [i for i in range(B) if i not in leaving]
         self.left += len(gone)
         self.free_slots += self.cache.slot.view(B, k)[gone].flatten().tolist()
         alive = torch.tensor(kept, dtype=torch.long)
@@ -500,10 +505,7 @@ class RunningBatches:
                     batch = self.batches[shape] = self._batch(shape)
                 joining = [queue.popleft() for _ in range(min(batch.free, len(queue)))]
                 self.sentences.update((s.tag, s) for s in joining)
-                if self.fixed_shape:
-                    batch.admit([(s.tag, s.ids, s.cap) for s in joining])
-                else:
-                    batch.admit([(s.tag, s.ids, s.cap) for s in joining], [s.n_best for s in joining])
+                batch.admit([(s.tag, s.ids, s.cap) for s in joining], [s.n_best for s in joining])
                 done = batch.step()
             except Exception as e:
                 finished += self._fail(shape, e)

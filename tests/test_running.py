@@ -9,7 +9,7 @@ from model import kernels
 from model.graphs import GraphedBeamSearch
 from model.running import EagerRunningBatch, RunningBatch
 from model.search import beam_search, select
-from model.transformer import Transformer
+from model.transformer import DecoderCache, Transformer
 from tests.test_search import EOS, tiny
 
 
@@ -41,16 +41,17 @@ def same(got, expected):
     assert [h.log_prob for h in got] == pytest.approx([h.log_prob for h in expected], abs=1e-5)
 
 
-@pytest.mark.parametrize("beam", [1, 4])
-def test_sentences_joining_and_leaving_get_what_they_get_alone(beam):
-    model = tiny(eos_bias=0.0)
-    search = GraphedBeamSearch(model, capture=False)
-    # (key, source, cap): more sentences than slots, of different lengths and caps, so that some
-    # wait for a slot, join while others are half done, and the ring of candidates wraps around
-    arrivals = [(i, sentence(i, 1 + (7 * i) % 19), 5 + (11 * i) % 28) for i in range(14)]
-    batch = RunningBatch(search, slots=4, beam_size=beam, source_len=32, capacity=32)
-    waiting, results, joined_late = list(arrivals), {}, 0
-    batch.admit(waiting[:2])  # two now, the rest a few at a time
+# (key, source, cap): more sentences than slots, of different lengths and caps, so that some wait
+# for a slot and join while others are half done
+ARRIVALS = [(i, sentence(i, 1 + (7 * i) % 19), 5 + (11 * i) % 28) for i in range(14)]
+
+
+def decode_arriving(batch) -> tuple[dict, int]:
+    """ARRIVALS through a running batch: two at first, the rest a few every third step while
+    slots are free. Returns each key's hypotheses, and how many admissions joined sentences
+    already running."""
+    waiting, results, joined_late = list(ARRIVALS), {}, 0
+    batch.admit(waiting[:2])
     waiting = waiting[2:]
     while batch.running or waiting:
         for key, hypotheses in batch.step():
@@ -61,9 +62,40 @@ def test_sentences_joining_and_leaving_get_what_they_get_alone(beam):
             n = min(batch.free, len(waiting))
             batch.admit(waiting[:n])
             waiting = waiting[n:]
-    assert batch.steps > 32 and joined_late > 3  # the ring wrapped; sentences joined a running batch
-    assert sorted(results) == [key for key, *_ in arrivals]
-    for key, ids, cap in arrivals:
+    assert sorted(results) == [key for key, *_ in ARRIVALS]
+    return results, joined_late
+
+
+def decode_with_attention(batch) -> dict:
+    """Three sentences through a running batch of two slots that records attention: the third
+    (the longest source) joins when the first leaves."""
+    items = [("a", sentence(1, 9), 12), ("b", sentence(2, 4), 20), ("c", sentence(3, 13), 9)]
+    batch.admit(items[:2])
+    results = {}
+    while batch.running:
+        results.update(batch.step())
+        if results and "c" not in batch.key and "c" not in results:
+            assert batch.running == 1
+            batch.admit(items[2:])
+    return {key: (results[key], ids, cap) for key, ids, cap in items}
+
+
+def same_attention(model, decoded, beam):
+    for got, ids, cap in decoded.values():
+        expected = alone(model, ids, beam, cap, attention=True)
+        same(got, expected)
+        for g, want in zip(got, expected):
+            assert g.attention.shape == want.attention.shape  # (L, H, T, this source's length)
+            torch.testing.assert_close(g.attention, want.attention, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_sentences_joining_and_leaving_get_what_they_get_alone(beam):
+    model = tiny(eos_bias=0.0)
+    batch = RunningBatch(GraphedBeamSearch(model, capture=False), slots=4, beam_size=beam, source_len=32, capacity=32)
+    results, joined_late = decode_arriving(batch)
+    assert batch.steps > 32 and joined_late > 3  # the ring of candidates wrapped; sentences joined a running batch
+    for key, ids, cap in ARRIVALS:
         same(results[key], alone(model, ids, beam, cap))
     batch.close()
 
@@ -72,68 +104,28 @@ def test_attention_follows_each_hypothesis():
     model = tiny(eos_bias=0.0)
     batch = RunningBatch(GraphedBeamSearch(model, capture=False), slots=2, beam_size=3, source_len=32, capacity=32,
                          attention=True)
-    items = [("a", sentence(1, 9), 12), ("b", sentence(2, 4), 20), ("c", sentence(3, 13), 9)]
-    batch.admit(items[:2])
-    results = {}
-    while batch.running:
-        results.update(batch.step())
-        if results and "c" not in batch.key and "c" not in results:  # joins when the first one leaves
-            assert batch.running == 1
-            batch.admit(items[2:])
-    for key, ids, cap in items:
-        expected = alone(model, ids, 3, cap, attention=True)
-        same(results[key], expected)
-        for got, want in zip(results[key], expected):
-            assert got.attention.shape == want.attention.shape  # (L, H, T, this source's length)
-            torch.testing.assert_close(got.attention, want.attention, atol=1e-5, rtol=1e-4)
+    same_attention(model, decode_with_attention(batch), 3)
 
 
 @pytest.mark.parametrize("engine", ["reference", "kernels"])
 @pytest.mark.parametrize("beam", [1, 4])
-def test_sentences_joining_and_leaving_an_eager_batch_get_what_they_get_alone(beam, engine):
+def test_sentences_joining_and_leaving_an_eager_batch_get_what_they_get_alone(beam, engine, monkeypatch):
     model, select_fn = (tiny(eos_bias=0.0), select) if engine == "reference" else (kernel_model(), kernels.select)
-    # more sentences than slots, of different lengths and caps: some wait for a slot, join while
-    # others are half done, and the columns nobody reads any more are dropped as the buffer fills
-    arrivals = [(i, sentence(i, 1 + (7 * i) % 19), 5 + (11 * i) % 28) for i in range(14)]
     batch = EagerRunningBatch(model, slots=4, beam_size=beam, select_fn=select_fn)
-    waiting, results, joined_late, dropped_columns = list(arrivals), {}, 0, False
-    batch.admit(waiting[:2])
-    waiting = waiting[2:]
-    while batch.running or waiting:
-        length = batch.cache.length if batch.cache is not None else 0
-        for key, hypotheses in batch.step():
-            assert key not in results
-            results[key] = hypotheses
-        if batch.steps % 3 == 0 and waiting and batch.free:
-            joined_late += bool(batch.running)
-            n = min(batch.free, len(waiting))
-            batch.admit(waiting[:n])
-            waiting = waiting[n:]
-            dropped_columns |= batch.cache.length < length
-    assert joined_late > 3 and dropped_columns
-    assert sorted(results) == [key for key, *_ in arrivals]
-    for key, ids, cap in arrivals:
+    dropped = []  # columns nobody reads any more, dropped as the buffer fills
+    drop_columns = DecoderCache.drop_columns
+    monkeypatch.setattr(DecoderCache, "drop_columns", lambda cache, m: (dropped.append(m), drop_columns(cache, m)))
+    results, joined_late = decode_arriving(batch)
+    assert joined_late > 3 and sum(dropped) > 0
+    for key, ids, cap in ARRIVALS:
         same(results[key], alone(model, ids, beam, cap, select_fn=select_fn))
     assert batch.cache is None and not batch.history  # all gone with the last sentence
 
 
 def test_an_eager_batch_returns_each_hypothesis_attention_along_its_beams():
+    """The joiner's source is longer than those running: their keys/values are padded to it."""
     model = tiny(eos_bias=0.0)
-    batch = EagerRunningBatch(model, slots=2, beam_size=3, attention=True)
-    items = [("a", sentence(1, 9), 12), ("b", sentence(2, 4), 20), ("c", sentence(3, 13), 9)]
-    batch.admit(items[:2])
-    results = {}
-    while batch.running:
-        results.update(batch.step())
-        if results and "c" not in batch.key and "c" not in results:  # joins when the first one leaves
-            assert batch.running == 1
-            batch.admit(items[2:])  # a longer source than those running: their keys/values padded
-    for key, ids, cap in items:
-        expected = alone(model, ids, 3, cap, attention=True)
-        same(results[key], expected)
-        for got, want in zip(results[key], expected):
-            assert got.attention.shape == want.attention.shape  # (L, H, T, this source's length)
-            torch.testing.assert_close(got.attention, want.attention, atol=1e-5, rtol=1e-4)
+    same_attention(model, decode_with_attention(EagerRunningBatch(model, slots=2, beam_size=3, attention=True)), 3)
 
 
 def test_an_eager_batch_drops_what_nobody_waits_for():

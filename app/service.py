@@ -175,7 +175,7 @@ class Service:
         cuda = visible_cuda_devices() if s.device != "cpu" else 0
         self.device_kind, devices, threads = s.worker_layout(cuda)
         batch_tokens = s.batch_token_budget(self.device_kind)
-        running = s.runs_batches(self.device_kind)
+        running = s.runs_batches()
         m = self.metrics
         self.pool = WorkerPool(
             {model_id: str(model.directory) for model_id, model in self.registry.models.items()}, devices,

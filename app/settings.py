@@ -58,9 +58,10 @@ class Settings(BaseSettings):
     running_batch: Literal["auto", "true", "false"] = Field(
         "auto", description="Step-level batching in the workers (model/running.py): a request's sentences join the "
         "batch running on the device at its next step and are answered as soon as each is done, instead of waiting "
-        "for a batch of their own and for its longest sentence. auto: on CUDA (each step one replayed CUDA graph), "
-        "not on the CPU, where a running batch (the CPU engine's own step) measured a worse tail than batch by "
-        "batch at half the capacity (bench/open_loop.py). Requests with "
+        "for a batch of their own and for its longest sentence. auto: batch by batch on both devices, where "
+        "running batches measured worse: on an H100 fewer sentences/s and a longer tail at 64 clients "
+        "(scripts/gpu-check.sh), on the CPU a worse tail at half the capacity (bench/open_loop.py); "
+        "true / false. Requests with "
         "min_length or repetition_penalty are decoded batch by batch either way.")
     running_slots: int = Field(64, ge=1, le=1024, description="Sentences in one running batch (NMT_RUNNING_BATCH); "
                                "more wait for a free slot.")
@@ -189,9 +190,10 @@ class Settings(BaseSettings):
             return self.batch_tokens
         return 32768 if device_kind == "cuda" else 4096
 
-    def runs_batches(self, device_kind: str) -> bool:
-        """Whether the workers keep running batches (running_batch, 'auto' made concrete)."""
-        return self.running_batch == "true" or (self.running_batch == "auto" and device_kind == "cuda")
+    def runs_batches(self) -> bool:
+        """Whether the workers keep running batches (running_batch, 'auto' made concrete: where running
+        batches measure better; today on neither device, BENCHMARKS.md)."""
+        return self.running_batch == "true"
 
     def worker_layout(self, cuda_devices: int) -> tuple[str, list[str], int]:
         """(device kind, one device string per worker, threads per worker).

@@ -44,6 +44,7 @@ from model.translator import as_decoded
 
 
 class RunningBatch:
+    @torch.inference_mode()  # as GraphedBeamSearch's searches: their buffers are shared, and capture runs steps
     def __init__(self, search: GraphedBeamSearch, slots: int, beam_size: int, source_len: int, capacity: int,
                  length_penalty: float = 1.0, attention: bool = False):
         """Room for `slots` sentences of up to `source_len` source tokens and `capacity` new tokens."""
@@ -149,6 +150,7 @@ class RunningBatch:
             b.reorder((b.first_row + parents).view(-1), longest)
         return finished
 
+    @torch.inference_mode()
     def drop(self, keys: set[Hashable]) -> None:
         """Sentences nobody waits for any more leave their slots now, unfinished."""
         slots = [j for j, key in enumerate(self.key) if key is not None and key in keys]

@@ -6,12 +6,14 @@
 # 1. the CUDA tests (tests/test_cuda.py: each CUDA path against its CPU twin)
 # 2. the GPU table: ours in float16 and bfloat16 (with CUDA graphs, and float16 without) against
 #    Hugging Face generate (and CTranslate2 when its wheel sees the GPU), beam 4 x batch 1/32/128;
-#    the shipped en-de's milliseconds per decoder step at batch 1; a training throughput figure (bench/gpu.py)
+#    the shipped en-de's milliseconds per decoder step at batch 1; a training throughput figure (bench/gpu.py);
+#    the running batch without the service against the Translator on the same sentences, where its
+#    time goes, and its profile (bench/running.py)
 # 3. the service on the GPU under load (bench/service.py), 15 s each, one worker: 64 keep-alive
-#    clients with running batches (the CUDA default) and batch by batch (NMT_RUNNING_BATCH=false),
-#    256 with running batches of 64 and of 256 slots, 64 and 256 spread over 4 servers (replicas on
-#    one GPU), and 64 whose every request asks for alignments; the offline Translator on the same
-#    sentences
+#    clients batch by batch (the default) and with running batches (NMT_RUNNING_BATCH=true), 256
+#    batch by batch and with running batches of 256 slots, 64 and 256 spread over 4 servers
+#    (replicas on one GPU), and 64 whose every request asks for alignments; the offline Translator
+#    on the same sentences
 #
 # On the lent GPU machine (Python 3.12, torch with CUDA, transformers, sentencepiece, safetensors,
 # httpx, prometheus-client; no network) the other packages come from artifacts/gpu-wheels, which
@@ -19,6 +21,8 @@
 #   device run: command "bash scripts/gpu-check.sh \$OUT/r; tar czf \$OUT/gpu-check.tar.gz -C \$OUT r",
 #               carry ["artifacts/gpu-wheels"]   (a run brings back 8 files at most: one archive of all 11)
 # They are unpacked (no dependencies resolved) into /tmp/nmt-gpu-site, after the machine's own packages on the path.
+#
+# GPU_CHECK_SKIP="bench-gpu service-256-s4 ..." leaves those steps out (a rerun within the same lease).
 #
 # Without CUDA it says so, checks that each step would run (bench/gpu.py --check on the CPU, the
 # CUDA tests collected, the service benchmark's options), and exits 0.
@@ -37,6 +41,7 @@ export NMT_DETECT_LANGUAGES=none
 status=0
 step() {  # step NAME SECONDS COMMAND...: runs it with a deadline, its output in OUT/NAME.txt
   local name=$1 limit=$2
+  case " ${GPU_CHECK_SKIP:-} " in *" $name "*) echo "$name: skipped" | tee -a "$OUT/summary.txt"; return;; esac
   shift 2
   local start=$SECONDS
   timeout "$limit" "$@" >"$OUT/$name.txt" 2>&1
@@ -52,6 +57,8 @@ if [ "$cuda" != 1 ]; then
   step bench-gpu-check 300 "$PY" bench/gpu.py --check --out "$OUT/bench-check"
   step cuda-tests-collected 120 "$PY" -m pytest -q --collect-only -m cuda tests/test_cuda.py
   step service-bench-options 60 "$PY" bench/service.py --help
+  step running-engine 300 "$PY" bench/running.py --model checkpoints/en-de --device cpu --sentences 48 --in-flight 16 \
+    --slots 16 --kind fixed
   exit $status
 fi
 
@@ -63,6 +70,8 @@ fi
   >"$OUT/machine.txt" 2>&1
 step cuda-tests 150 "$PY" -m pytest -q -m cuda -p no:cacheprovider tests/test_cuda.py
 step bench-gpu 240 "$PY" bench/gpu.py --out "$OUT/bench" --profile 128
+step running-engine 90 "$PY" bench/running.py --model checkpoints/en-de --device cuda --sentences 3000 \
+  --profile "$OUT/running-profile.txt"
 service() {  # service NAME CLIENTS WORKERS [OPTIONS...]
   local name=$1 clients=$2 workers=$3
   shift 3
@@ -70,9 +79,9 @@ service() {  # service NAME CLIENTS WORKERS [OPTIONS...]
     --workers "$workers" --seconds 15 --client raw --json "$OUT/$name.json" "$@"
 }
 service service-64 64 1
-SERVICE_ENV=NMT_RUNNING_BATCH=false service service-64-batches 64 1 --no-offline
+SERVICE_ENV=NMT_RUNNING_BATCH=true service service-64-running 64 1 --no-offline
 service service-256 256 1 --no-offline
-SERVICE_ENV=NMT_RUNNING_SLOTS=256 service service-256-slots256 256 1 --no-offline
+SERVICE_ENV="NMT_RUNNING_BATCH=true NMT_RUNNING_SLOTS=256" service service-256-running 256 1 --no-offline
 service service-64-s4 64 1 --servers 4 --no-offline
 service service-256-s4 256 1 --servers 4 --no-offline
 SERVICE_ENV=NMT_CLIENT_ALIGNMENT_BYTES=0 service service-64-alignments 64 1 --alignments --no-offline

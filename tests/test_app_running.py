@@ -1,5 +1,5 @@
-"""The service with running batches in its workers (NMT_RUNNING_BATCH=true; on a GPU the default,
-here on the CPU its eager twin): concurrent requests of every kind get what the batch-by-batch
+"""The service with running batches in its workers (NMT_RUNNING_BATCH=true; here on the CPU
+its eager twin): concurrent requests of every kind get what the batch-by-batch
 service gives them, each request answered when its own sentences are done."""
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ def test_a_running_batch_on_the_gpu_decodes_each_sentence_as_it_decodes_alone(ti
 
 
 def test_the_gpu_service_with_running_batches_answers_as_batch_by_batch(tiny_sentinel_checkpoint):
-    """NMT_RUNNING_BATCH (on by default on CUDA): the worker's running batches, each step a replayed
+    """NMT_RUNNING_BATCH=true: the worker's running batches, each step a replayed
     graph, give every request what the batch-by-batch worker gives it (float32)."""
     from concurrent.futures import ThreadPoolExecutor
 

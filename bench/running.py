@@ -10,7 +10,8 @@ the next at the following step. Each part of its loop is timed (wall time, inclu
 step's wait for the device falls in `step`, at its one host sync): admitting sentences (encoder,
 joining their slots), the step, reading finished hypotheses back, reordering beams. Then
 Translator.translate decodes the same sentences in one call (length-sorted token-budget batches,
-the service's budget), and the table gives both in sentences/s. `--profile` writes torch's
+the service's budget), and the table gives both in sentences/s; `--join` compares ways of
+letting sentences join in groups (RunningBatches' join_group and join_wait). `--profile` writes torch's
 profile of 50 running steps (the host's ops outside the graph are what a CUDA graph does not
 hide).
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import statistics
 import sys
 import time
 from collections import defaultdict
@@ -91,6 +93,9 @@ def main() -> None:
     p.add_argument("--kind", choices=["auto", "fixed", "eager"], default="auto",
                    help="the running batch: fixed-shape (RunningBatch, the GPU's) or eager (EagerRunningBatch, "
                         "the CPU's); auto: as the worker picks")
+    p.add_argument("--join", nargs="+", default=["1:0"], metavar="GROUP:WAIT",
+                   help="RunningBatches' join_group:join_wait, one or more: each runs twice, alternating; the "
+                        "parts of the loop are those of the first's first run")
     p.add_argument("--profile", help="write torch's profile of 50 running steps here")
     args = p.parse_args()
 
@@ -102,8 +107,9 @@ def main() -> None:
     seconds: dict[str, list[float]] = defaultdict(list)
     fixed_shape = {"auto": None, "fixed": True, "eager": False}[args.kind]
 
-    def new_batches() -> running.RunningBatches:
-        return running.RunningBatches(translator, args.slots, fixed_shape)
+    def new_batches(join: str = "1:0") -> running.RunningBatches:
+        group, wait = (int(x) for x in join.split(":"))
+        return running.RunningBatches(translator, args.slots, fixed_shape, join_group=group, join_wait=wait)
 
     def synchronize() -> None:
         if translator.device.type == "cuda":
@@ -115,8 +121,15 @@ def main() -> None:
     synchronize()
 
     timed(seconds)
-    elapsed, steps, mean_running = run_closed_loop(new_batches(), ids, options, args.in_flight)
-    synchronize()
+    runs: dict[str, list[tuple[float, int, float]]] = defaultdict(list)  # join -> (seconds, steps, running)
+    parts: dict[str, list[float]] = {}
+    for _ in range(2):
+        for join in args.join:
+            seconds.clear()
+            runs[join].append(run_closed_loop(new_batches(join), ids, options, args.in_flight))
+            synchronize()
+            parts = parts or dict(seconds)
+    elapsed, steps, mean_running = runs[args.join[0]][0]
     budget = 32768 if translator.device.type == "cuda" else 4096  # Settings.batch_token_budget's defaults
     start = time.perf_counter()
     translator.translate(texts, beam_size=args.beam_size, batch_tokens=budget)
@@ -126,15 +139,18 @@ def main() -> None:
     kind = "fixed-shape" if new_batches().fixed_shape else "eager"
     print(f"{translator.device} {translator.dtype}, {kind} running batch, beam {args.beam_size}, {len(ids)} sentences, "
           f"{args.in_flight} in flight, {args.slots} slots; torch threads {torch.get_num_threads()}\n")
-    print("| decoding | sentences/s | steps | ms per step | sentences running per step |")
+    print("| decoding | sentences/s (each run) | steps | ms per step | sentences running per step | / offline |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for join, measured in runs.items():
+        rates = [len(ids) / s for s, _, _ in measured]
+        s, n, mean = measured[0]
+        print(f"| running batch, closed loop, join {join} | {', '.join(f'{r:,.1f}' for r in rates)} | {n} | "
+              f"{1000 * s / n:.3f} | {mean:.1f} | {offline / statistics.median(s for s, _, _ in measured):.2f}x |")
+    print(f"| Translator.translate, one call | {len(ids) / offline:,.1f} | | | | |")
+    print(f"\n| part of the loop, join {args.join[0]} (wall, inclusive) | calls | ms per call | ms per step | "
+          "share of the loop |")
     print("|---|---:|---:|---:|---:|")
-    print(f"| running batch, closed loop | {len(ids) / elapsed:,.1f} | {steps} | {1000 * elapsed / steps:.3f} | "
-          f"{mean_running:.1f} |")
-    print(f"| Translator.translate, one call | {len(ids) / offline:,.1f} | | | |")
-    print(f"\nrunning / offline: {offline / elapsed:.2f}x\n")
-    print("| part of the loop (wall, inclusive) | calls | ms per call | ms per step | share of the loop |")
-    print("|---|---:|---:|---:|---:|")
-    for name, values in sorted(seconds.items(), key=lambda item: -sum(item[1])):
+    for name, values in sorted(parts.items(), key=lambda item: -sum(item[1])):
         total = sum(values)
         print(f"| {name} | {len(values)} | {1000 * total / len(values):.3f} | {1000 * total / steps:.3f} | "
               f"{total / elapsed:.0%} |")
@@ -143,7 +159,7 @@ def main() -> None:
         from torch.profiler import ProfilerActivity, profile
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if translator.device.type == "cuda" else [])
-        batches = new_batches()
+        batches = new_batches(args.join[0])
         for i in range(args.in_flight):
             batches.add(i, ids[i], options)
         for _ in range(5):

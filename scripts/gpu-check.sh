@@ -71,7 +71,7 @@ fi
 step cuda-tests 150 "$PY" -m pytest -q -m cuda -p no:cacheprovider tests/test_cuda.py
 step bench-gpu 240 "$PY" bench/gpu.py --out "$OUT/bench" --profile 128
 step running-engine 90 "$PY" bench/running.py --model checkpoints/en-de --device cuda --sentences 3000 \
-  --profile "$OUT/running-profile.txt"
+  --join 1:0 8:2 16:4 --profile "$OUT/running-profile.txt"
 service() {  # service NAME CLIENTS WORKERS [OPTIONS...]
   local name=$1 clients=$2 workers=$3
   shift 3

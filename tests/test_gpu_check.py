@@ -27,6 +27,6 @@ def test_gpu_check_checks_itself_without_cuda(tmp_path):
     table = (tmp_path / "bench-check" / "engine.md").read_text()
     assert "| ours | float32 | 4 | 2 |" in table and "| hf | float32 | 4 | 2 |" in table
     running = (tmp_path / "running-engine.txt").read_text()
-    assert "| running batch, closed loop |" in running and "| RunningBatch.step |" in running, running
+    assert "| running batch, closed loop, join 1:0 |" in running and "| RunningBatch.step |" in running, running
     collected = (tmp_path / "cuda-tests-collected.txt").read_text()
     assert "9 tests collected" in collected and "test_cuda_graphs_decode_what_the_eager_step_decodes[float16]" in collected

@@ -213,6 +213,44 @@ def test_running_batches_answer_each_sentence_as_the_translator_decodes_it_alone
 
 
 @pytest.mark.parametrize("fixed_shape", [False, True], ids=["eager", "fixed-shape"])
+def test_sentences_join_a_running_batch_in_groups_when_asked(tiny_sentinel_checkpoint, fixed_shape):
+    """join_group 3, join_wait 2: sentences that arrive while a batch runs wait for company (three
+    of them, or two steps run without them); an empty batch takes them at once; each still
+    decodes as alone (the tiny random model never writes EOS: every sentence runs to its cap)."""
+    from model.options import DecodingOptions
+    from model.running import RunningBatches
+    from model.translator import Translator
+
+    translator = Translator.load(tiny_sentinel_checkpoint, device="cpu", dtype="float32", shortlist=False)
+    options = DecodingOptions(beam_size=2, max_length=12)
+    ids = {tag: translator.encode(text) for tag, text in
+           enumerate(["Open the file.", "Hello world.", "Print.", "Save the file now.", "Close it."])}
+    batches = RunningBatches(translator, slots=8, fixed_shape=fixed_shape, join_group=3, join_wait=2)
+    results = {}
+
+    def step() -> int:
+        results.update(batches.step())
+        return len(batches.sentences)  # sentences in the batch
+
+    batches.add(0, ids[0], options)
+    assert step() == 1  # an empty batch takes a sentence at once
+    batches.add(1, ids[1], options)
+    assert step() == 1  # one waits: fewer than 3
+    assert step() == 1  # and one step run without it
+    assert step() == 2  # two steps without it: it joins
+    batches.add(2, ids[2], options)
+    batches.add(3, ids[3], options)
+    assert step() == 2
+    batches.add(4, ids[4], options)
+    assert step() == 5  # three wait: they join together
+    while batches.busy:
+        step()
+    for tag, source in ids.items():
+        [expected] = translator.decode([source], options)
+        assert [d.token_ids for d in results[tag]] == [d.token_ids for d in expected]
+
+
+@pytest.mark.parametrize("fixed_shape", [False, True], ids=["eager", "fixed-shape"])
 def test_a_failing_batch_fails_its_own_sentences_only(tiny_sentinel_checkpoint, monkeypatch, fixed_shape):
     from model.options import DecodingOptions
     from model.running import RunningBatches

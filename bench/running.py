@@ -11,9 +11,9 @@ step's wait for the device falls in `step`, at its one host sync): admitting sen
 joining their slots), the step, reading finished hypotheses back, reordering beams. Then
 Translator.translate decodes the same sentences in one call (length-sorted token-budget batches,
 the service's budget), and the table gives both in sentences/s; `--join` compares ways of
-letting sentences join in groups (RunningBatches' join_group and join_wait). `--profile` writes torch's
-profile of 50 running steps (the host's ops outside the graph are what a CUDA graph does not
-hide).
+letting sentences join in groups (RunningBatches' join_group and join_wait). `--profile` writes
+torch's profile of 50 running steps (the host's ops outside the graph are what a CUDA graph does
+not hide).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from app.settings import Settings  # noqa: E402
 from bench.service import FALLBACK, load_sentences  # noqa: E402
 from model import graphs, running  # noqa: E402
 from model.options import DecodingOptions  # noqa: E402
@@ -129,8 +130,8 @@ def main() -> None:
             runs[join].append(run_closed_loop(new_batches(join), ids, options, args.in_flight))
             synchronize()
             parts = parts or dict(seconds)
-    elapsed, steps, mean_running = runs[args.join[0]][0]
-    budget = 32768 if translator.device.type == "cuda" else 4096  # Settings.batch_token_budget's defaults
+    elapsed, steps, _ = runs[args.join[0]][0]
+    budget = Settings().batch_token_budget(translator.device.type)  # the service's default
     start = time.perf_counter()
     translator.translate(texts, beam_size=args.beam_size, batch_tokens=budget)
     synchronize()

@@ -11,6 +11,10 @@ measures, in turn and alternating the modes, so that a slow spell of a noisy mac
 - the tail at half the capacity: p99 under open-loop arrivals at half the batch-by-batch
   capacity (the same rate for both modes).
 
+A second table splits each request's time as the server's /metrics see it: the mean wait from
+arrival to the start of its batch, and the mean decoding from there (a running batch's sentence
+starts at once; a batch's decoding slows as the batch grows, on a compute-bound CPU).
+
 The target: p99 at half the capacity within 2.5x the unloaded p99. Each cell is the median of the
 --repeat runs, with every run's value after it. The server runs with its defaults otherwise
 (`--extra` passes more bench/service.py options, e.g. "--workers 1").
@@ -31,14 +35,16 @@ MODES = {"batch by batch": "false", "running batches": "true"}
 
 
 def service(args, mode: str, load: list[str], seconds: float) -> dict:
-    """One bench/service.py run: its first row (the service)."""
+    """One bench/service.py run: its first row (the service), with the server's mean queue wait
+    and compute per request."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run.json"
         command = [sys.executable, str(HERE / "service.py"), "--model", args.model, "--client", "raw", "--no-offline",
                    "--seconds", str(seconds), "--running-batch", MODES[mode], "--json", str(out), *load,
                    *args.extra.split()]
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-        return json.loads(out.read_text())["rows"][0]
+        run = json.loads(out.read_text())
+        return {**run["rows"][0], "queue_wait_ms": run["queue_wait_ms"], "compute_ms": run["compute_ms"]}
 
 
 def cell(values: list[float], digits: int = 0) -> str:
@@ -72,6 +78,9 @@ def main() -> None:
             loaded = service(args, mode, ["--rate", f"{half:.1f}"], args.seconds)
             note(mode, "half p50", loaded["p50_ms"])
             note(mode, "half p99", loaded["p99_ms"])
+            for load, run in (("unloaded", idle), ("half", loaded)):
+                note(mode, f"{load} queue", run["queue_wait_ms"])
+                note(mode, f"{load} compute", run["compute_ms"])
             note(mode, "ratio", loaded["p99_ms"] / idle["p99_ms"])
 
     print(f"\nhalf the capacity: {half:.1f} requests/s (half the batch-by-batch median); unloaded: "
@@ -82,6 +91,13 @@ def main() -> None:
     for mode, f in found.items():
         print(f"| {mode} | {cell(f['capacity'], 1)} | {cell(f['unloaded p50'])} / {cell(f['unloaded p99'])} "
               f"| {cell(f['half p50'])} / {cell(f['half p99'])} | {cell(f['ratio'], 2)} |")
+    print("\nWhere a request's time goes, in the server (its /metrics): the mean wait from arrival to the start of "
+          "its batch, and the mean from there to its last result")
+    print("| workers | unloaded: queue wait / compute ms | half capacity: queue wait / compute ms |")
+    print("|---|---:|---:|")
+    for mode, f in found.items():
+        print(f"| {mode} | {cell(f['unloaded queue'])} / {cell(f['unloaded compute'])} "
+              f"| {cell(f['half queue'])} / {cell(f['half compute'])} |")
 
 
 if __name__ == "__main__":

@@ -231,8 +231,14 @@ async def load_test(urls: list[str], sentences: list[str], pair: dict, args, ser
     batches = metric(after, "nmt_batch_size_count") - metric(before, "nmt_batch_size_count")
     items = metric(after, "nmt_batch_size_sum") - metric(before, "nmt_batch_size_sum")
     busy = metric(after, "nmt_worker_busy_seconds_total") - metric(before, "nmt_worker_busy_seconds_total")
+
+    def mean_ms(name: str) -> float:  # a histogram of the server's: its mean over the load
+        count = metric(after, f"{name}_count") - metric(before, f"{name}_count")
+        return 1000 * (metric(after, f"{name}_sum") - metric(before, f"{name}_sum")) / count if count else 0.0
+
     return {"elapsed": elapsed, "latencies": latencies, "sent": sent, "errors": errors,
-            "mean_batch": items / batches if batches else 0.0, "busy_s": busy, "cpu": cpu}
+            "mean_batch": items / batches if batches else 0.0, "busy_s": busy, "cpu": cpu,
+            "queue_wait_ms": mean_ms("nmt_queue_wait_seconds"), "compute_ms": mean_ms("nmt_compute_seconds")}
 
 
 def offline(model: str, sentences: list[str], threads: int, args) -> tuple[float, int]:
@@ -331,6 +337,8 @@ def main() -> None:
     print(f"\n{done} sentences in {run['elapsed']:.1f} s, beam {args.beam_size}, mean batch "
           f"{run['mean_batch']:.1f} items, workers busy {100 * run['busy_s'] / run['elapsed'] / len(workers):.0f}%"
           + (f", errors {run['errors']}" if run["errors"] else ""))
+    print(f"in the server, per request: mean queue wait {run['queue_wait_ms']:.0f} ms (arrival to its batch's start), "
+          f"mean compute {run['compute_ms']:.0f} ms (to its last result)")
     print("CPU cores used meanwhile: " + ", ".join(f"{k} {v / run['elapsed']:.2f}" for k, v in run["cpu"].items())
           + f" (of {os.cpu_count()})")
     print("| run | sentences/s | source tokens/s | p50 ms | p95 ms | p99 ms |")
@@ -353,6 +361,7 @@ def main() -> None:
         print(f"\nservice / fastest offline throughput: {rows[0]['sentences_per_s'] / best:.2f}x (target >= 0.8x)")
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows, "mean_batch": run["mean_batch"], "busy_s": run["busy_s"],
+                                               "queue_wait_ms": run["queue_wait_ms"], "compute_ms": run["compute_ms"],
                                                "errors": run["errors"], "args": vars(args),
                                                # (sentence index, latency s) of every answered request
                                                "requests": list(zip(run["sent"], run["latencies"]))}, indent=2))

@@ -37,7 +37,16 @@ from torch import Tensor
 from model.graphs import Bucket, GraphedBeamSearch, round_up_length, round_up_sentences
 from model.options import DecodingOptions
 from model.pipeline import Decoded
-from model.search import Hypothesis, IncrementalDecoder, SelectFn, columns_of, encode_by_length, hypothesis_at, select
+from model.search import (
+    Hypothesis,
+    IncrementalDecoder,
+    SelectFn,
+    columns_of,
+    encode_by_length,
+    hypothesis_at,
+    padded,
+    select,
+)
 from model.shortlist import Shortlist
 from model.transformer import DecoderCache
 from model.translator import as_decoded
@@ -94,9 +103,7 @@ class RunningBatch:
             raise ValueError(f"a sentence longer than this batch takes ({self.bucket.source_len} source tokens, "
                              f"{self.bucket.capacity} new ones)")
         device = b.tokens.device
-        src = torch.full((len(items), S), c.pad_id, dtype=torch.long)
-        for i, (_, ids, _) in enumerate(items):
-            src[i, : len(ids)] = torch.tensor(ids)
+        src = padded([ids for _, ids, _ in items], c.pad_id)  # (n, S)
         memory, src_mask = model.encode(src.to(device))  # (n, S, D), (n, 1, 1, S)
         slots = [j for j, key in enumerate(self.key) if key is None][: len(items)]
         at = torch.tensor(slots, device=device)  # (n,)
@@ -264,9 +271,7 @@ class EagerRunningBatch:
         c, k, n = self.config, self.k, len(items)
         if max(len(ids) for _, ids, _ in items) > c.max_positions or max(cap for *_, cap in items) > c.max_positions:
             raise ValueError(f"a sentence longer than the model takes ({c.max_positions} positions)")
-        src = torch.full((n, max(len(ids) for _, ids, _ in items)), c.pad_id, dtype=torch.long)
-        for i, (_, ids, _) in enumerate(items):
-            src[i, : len(ids)] = torch.tensor(ids)
+        src = padded([ids for _, ids, _ in items], c.pad_id)  # (n, S)
         memory, src_mask = encode_by_length(self.decoder, src)  # (n, S, D), (n, 1, 1, S)
         theirs = self.decoder.start_cache(memory, src_mask, group=k, capacity=1)  # their encoder-decoder keys/values
         cap = max(cap for *_, cap in items)

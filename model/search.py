@@ -234,6 +234,14 @@ def length_groups(lengths: list[int], group_cost: int = _GROUP_COST_TOKENS) -> l
     return groups[::-1]
 
 
+def padded(ids: list[list[int]], pad_id: int) -> Tensor:
+    """Source id lists as one batch (B, S), each padded with pad_id to the longest."""
+    src = torch.full((len(ids), max(len(x) for x in ids)), pad_id, dtype=torch.long)
+    for row, x in enumerate(ids):
+        src[row, : len(x)] = torch.tensor(x)
+    return src
+
+
 def encode_by_length(model: IncrementalDecoder, src: Tensor) -> tuple[Tensor, Tensor]:
     """model.encode(src), with sentences of very different lengths encoded apart, each group
     padded only to its own longest: in a mixed batch (a service's) most encoder work would

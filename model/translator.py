@@ -25,7 +25,7 @@ from model.graphs import GraphedBeamSearch
 from model.options import DecodingOptions
 from model.pipeline import Decoded
 from model.results import TranslationResult
-from model.search import Hypothesis, IncrementalDecoder, SelectFn, select
+from model.search import Hypothesis, IncrementalDecoder, SelectFn, padded, select
 from model.shortlist import Shortlist
 from model.strategies import make_search
 from model.terms import Terminology
@@ -241,10 +241,7 @@ class Translator:
     def translate_ids(self, ids: list[list[int]], options: DecodingOptions) -> list[list[Hypothesis]]:
         """Hypotheses of EOS-terminated source ids, one batch, by the search the options name
         (model/strategies.py), on this Translator's engine."""
-        S = max(len(x) for x in ids)
-        src = torch.full((len(ids), S), self.config.pad_id, dtype=torch.long)
-        for row, x in enumerate(ids):
-            src[row, : len(x)] = torch.tensor(x)
+        src = padded(ids, self.config.pad_id)  # (B, S)
         caps = torch.tensor([self.length_cap(len(x), options.max_length) for x in ids]).to(self.device)
         o = options if options.length_penalty is not None else replace(options, length_penalty=self.length_penalty)
         columns = None  # the target pieces this batch may write, with a shortlist

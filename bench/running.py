@@ -8,7 +8,7 @@ RunningBatches (model/running.py) is fed closed-loop, as a worker is by `--in-fl
 sending one sentence each: that many sentences are in it at any time, a finished one replaced by
 the next at the following step. Each part of its loop is timed (wall time, inclusive; on a GPU a
 step's wait for the device falls in `step`, at its one host sync): admitting sentences (encoder,
-joining their slots), the step, reading finished hypotheses back, reordering beams. Then
+joining their slots), the step (beams reorder inside it), reading finished hypotheses back. Then
 Translator.translate decodes the same sentences in one call (length-sorted token-budget batches,
 the service's budget), and the table gives both in sentences/s; `--join` compares ways of
 letting sentences join in groups (RunningBatches' join_group and join_wait). `--profile` writes
@@ -41,7 +41,7 @@ from model.translator import Translator  # noqa: E402
 # what is timed: (owner, method)
 TIMED = [(running.RunningBatch, "admit"), (running.RunningBatch, "step"), (running.RunningBatch, "read_back"),
          (running.EagerRunningBatch, "admit"), (running.EagerRunningBatch, "step"),
-         (running.EagerRunningBatch, "read_back"), (graphs.SearchBuffers, "run"), (graphs.SearchBuffers, "reorder")]
+         (running.EagerRunningBatch, "read_back"), (graphs.SearchBuffers, "run")]
 
 
 def timed(seconds: dict[str, list[float]]) -> None:

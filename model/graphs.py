@@ -17,9 +17,11 @@ That needs a step whose every shape and buffer address is the same each time:
   `capacity` steps) the hypotheses are read back from when the search is over (model/search.py's
   `read_back`; model/running.py reads back each sentence as it leaves a running batch);
 - the batch is padded up to its bucket (a power of two of sentences; source length and capacity
-  rounded up to a few sizes) and never shrinks: when sentences finish, the rows kept move to the
-  front by an in-place gather and the rest of the bucket runs on, unread; beams reorder by the
-  same gather of the rows' filled positions (outside the graph, only on the steps that need it).
+  rounded up to a few sizes) and never shrinks: a sentence that is done stops searching in place
+  (its pool of finished hypotheses frozen, `live` false) and its rows run on, unread, until the
+  bucket's last sentence is done; beams reorder inside the step, by an in-place gather of every
+  row's keys/values from the beam it continues (the whole capacity: a fixed shape), so the host
+  does nothing between two replays but read one flag.
 
 The step is `Transformer.decode_step` and `search.select_on_device`, so the search is the one in
 model/search.py; `GraphedBeamSearch` runs its loop over these buffers. On a CPU (capture=False)
@@ -129,7 +131,7 @@ class SearchBuffers:
         self.self_kv = zeros(L, 2, Nb, H, Tb, Dh, dtype=dtype)
         self.cross_kv = zeros(L, 2, Bb, H, Sb, Dh, dtype=dtype)
         self.src_bias = zeros(Bb, 1, 1, Sb, dtype=dtype)  # 0 or -inf (padding)
-        # made once for the reorders between steps: each row's own index, each sentence's first row
+        # made once for the step's beam reorder: each row's own index, each sentence's first row
         self.own_rows = torch.arange(Nb, device=device)  # (Nb,)
         self.first_row = self.own_rows[::k, None]  # (Bb, 1)
         # the search's (model/search.py's names)
@@ -137,13 +139,11 @@ class SearchBuffers:
         self.t = zeros(Bb)  # each sentence's own steps (its length so far)
         self.length_penalty = zeros(1, dtype=torch.float32)
         self.max_len = zeros(Bb)
-        self.live = zeros(Bb, dtype=torch.bool)  # slots holding a sentence of the search
+        self.live = zeros(Bb, dtype=torch.bool)  # slots whose sentence still searches (not done, not empty)
         self.run_scores = zeros(Bb, k, dtype=torch.float32)
         self.pool_scores = zeros(Bb, k, dtype=torch.float32)
         self.pool_ref = zeros(Bb, k)
-        self.parents = zeros(Bb, k)
-        self.done = zeros(Bb, dtype=torch.bool)
-        self.flags = zeros(2, dtype=torch.bool)  # any live sentence done; every live beam continues itself
+        self.searching = zeros(1, dtype=torch.bool)  # any slot live: what the host reads after a step
         # each step's candidates, for the read-back: (Tb, Bb, 2k), and keep (Tb, Bb, k)
         self.cand_scores = zeros(Tb, Bb, 2 * k, dtype=torch.float32)
         self.cand_row, self.cand_tok, self.keep = zeros(Tb, Bb, 2 * k), zeros(Tb, Bb, 2 * k), zeros(Tb, Bb, k)
@@ -226,30 +226,14 @@ class SearchBuffers:
         else:
             graph.replay()
 
-    def reorder(self, rows: Tensor, length: int, sentences: Tensor | None = None) -> None:
-        """Row r becomes old row rows[r] (its filled `length` positions of keys/values); with
-        `sentences`, only those are kept (the rows list theirs alone, sentence-major) and move to
-        the front of the bucket with their search state."""
-        Nb, (Bb, k) = self.rows, self.run_scores.shape
-        padded = rows if rows.numel() == Nb else torch.cat([rows, self.own_rows[rows.numel():]])  # (Nb,)
-        filled = self.self_kv[..., :length, :]  # (L, 2, Nb, H, length, Dh)
-        filled.copy_(filled.index_select(2, padded))
-        if sentences is None:
-            return
-        kept = torch.cat([sentences, torch.arange(sentences.numel(), Bb, device=rows.device)])  # (Bb,)
-        for state in (self.cross_kv, self.src_bias, self.max_len, self.t, self.run_scores, self.pool_scores,
-                      self.pool_ref):
-            dim = 2 if state is self.cross_kv else 0
-            state.copy_(state.index_select(dim, kept))
-        self.tokens.view(Bb, k).copy_(self.tokens.view(Bb, k).index_select(0, kept))
-        self.live[sentences.numel():] = False
-
 
 def search_step(model: Transformer, buf: SearchBuffers, need_weights: bool, banned: tuple[int, ...],
                 eos_id: int) -> None:
     """One step of beam search over the bucket, in place: the decoder step, the selection
-    (search.select_on_device), this step's candidates into the history, and the flags the host
-    reads. No host sync, no Python value that changes between steps."""
+    (search.select_on_device), this step's candidates into the history, each beam's keys/values
+    from the beam it continues, and whether any sentence still searches. A sentence that is done
+    (or a slot without one) keeps its pool and its rows. No host sync, no Python value that changes
+    between steps."""
     (Bb, k), s = buf.run_scores.shape, buf.step
     at = s.remainder(buf.bucket.capacity)  # (1,) where this step goes in the history
     logits, attn = decoder_step(model, buf, need_weights)  # (Nb, V), (L, Nb, H, Sb)
@@ -260,12 +244,20 @@ def search_step(model: Transformer, buf: SearchBuffers, need_weights: bool, bann
         history.index_copy_(0, at, now[None])
     if need_weights:
         buf.attention.index_copy_(0, at, attn.transpose(0, 1).reshape(1, Bb, k, *attn.shape[:1], *attn.shape[2:]))
-    for state, now in ((buf.run_scores, chosen.run_scores), (buf.pool_scores, chosen.pool_scores),
-                       (buf.pool_ref, chosen.pool_ref), (buf.tokens, chosen.tokens), (buf.parents, chosen.parents),
-                       (buf.done, chosen.done)):
+    live = buf.live[:, None]  # (Bb, 1)
+    # the pool of a sentence done at an earlier step is what the read-back reads: kept as it was
+    buf.pool_scores.copy_(torch.where(live, chosen.pool_scores, buf.pool_scores))
+    buf.pool_ref.copy_(torch.where(live, chosen.pool_ref, buf.pool_ref))
+    for state, now in ((buf.run_scores, chosen.run_scores), (buf.tokens, chosen.tokens)):
         state.copy_(now)
-    itself = (chosen.parents == buf.own_rows[:k]) | ~buf.live[:, None]  # (Bb, k)
-    buf.flags.copy_(torch.stack([(chosen.done & buf.live).any(), itself.all()]))
+    # each beam's keys/values become those of the beam it continues (positions 0..t, and the
+    # rest of the capacity, unread); a done or empty slot keeps its own rows
+    parents = torch.where(live, chosen.parents, buf.own_rows[:k])  # (Bb, k)
+    rows = (buf.first_row + parents).view(-1)  # (Nb,)
+    for layer_kv in buf.self_kv:  # (2, Nb, H, Tb, Dh): one layer's copy at a time
+        layer_kv.copy_(layer_kv.index_select(1, rows))
+    buf.live.logical_and_(~chosen.done)
+    buf.searching.copy_(buf.live.any().view(1))
     buf.t.add_(1)
     s.add_(1)
 
@@ -312,25 +304,15 @@ class GraphedBeamSearch:
         try:
             buf.prepare(self.model, keys, c.eos_id, self.capture)
             buf.start(self.model, memory, src_mask, max_len, length_penalty)
-            sent = torch.arange(B, device=device)  # original index of each running sentence, in bucket order
-            running: list[Tensor] = []  # `sent` of each step
-            finished: list[tuple[Tensor, Tensor, Tensor]] = []  # (sentences, their pool scores, pool refs)
+            steps = 0
             for t in range(T_cap):
-                n = sent.numel()
                 buf.run(self.model, return_attention, banned_late if t >= min_new_tokens else banned_early, c.eos_id)
-                running.append(sent)
-                any_done, in_place = buf.flags.tolist()  # the step's one host sync
-                if any_done:
-                    done = buf.done[:n]
-                    finished.append((sent[done], buf.pool_scores[:n][done], buf.pool_ref[:n][done]))
-                    alive = (~done).nonzero()[:, 0]
-                    if alive.numel() == 0:
-                        break
-                    sent = sent[alive]
-                    buf.reorder((alive[:, None] * k + buf.parents[alive]).view(-1), t + 1, sentences=alive)
-                elif not in_place:
-                    buf.reorder((buf.first_row[:n] + buf.parents[:n]).view(-1), t + 1)
-            return read_back(self.history(buf, running), finished, n_best, 2 * k, c.eos_id, source_len, B)
+                steps += 1
+                if not buf.searching.item():  # the step's one host sync
+                    break
+            every = torch.arange(B, device=device)  # each step's sentences, in bucket order: all of them
+            finished = [(every, buf.pool_scores[:B], buf.pool_ref[:B])]
+            return read_back(self.history(buf, [every] * steps), finished, n_best, 2 * k, c.eos_id, source_len, B)
         finally:
             self.give_back(buf)
 

@@ -135,13 +135,13 @@ class RunningBatch:
         (best first, as many as each wants), and frees their slots."""
         if not self.running:
             return []
-        b, k = self.buf, self.k
+        b = self.buf
         b.run(self.search.model, self.attention, self.banned, self.search.config.eos_id)
         self.steps += 1
-        any_done, in_place = b.flags.tolist()  # the step's one host sync
+        live = b.live.tolist()  # the step's one host sync: the step stopped the sentences that are done
+        done = [j for j, key in enumerate(self.key) if key is not None and not live[j]]
         finished = []
-        if any_done:
-            done = (b.done & b.live).nonzero()[:, 0].tolist()
+        if done:
             # the finished sentences' history and pools on the host in one copy each, not one per sentence
             host = [h[:, done].cpu() for h in (b.cand_scores, b.cand_row, b.cand_tok, b.keep)]
             pools = b.pool_scores[done].tolist(), b.pool_ref[done].tolist()
@@ -150,11 +150,6 @@ class RunningBatch:
                 finished.append((self.key[j], self.read_back(j, [h[:, n] for h in host], pools[0][n][:wanted],
                                                              pools[1][n][:wanted])))
                 self.key[j] = None
-            b.live[done] = False
-        if not in_place:
-            parents = torch.where(b.live[:, None], b.parents, b.own_rows[:k])  # (Bb, k); a free slot keeps its rows
-            longest = max((self.steps - self.joined[j] for j, key in enumerate(self.key) if key is not None), default=0)
-            b.reorder((b.first_row + parents).view(-1), longest)
         return finished
 
     @torch.inference_mode()

@@ -11,7 +11,10 @@ step's wait for the device falls in `step`, at its one host sync): admitting sen
 joining their slots), the step (beams reorder inside it), reading finished hypotheses back. Then
 Translator.translate decodes the same sentences in one call (length-sorted token-budget batches,
 the service's budget), and the table gives both in sentences/s; `--join` compares ways of
-letting sentences join in groups (RunningBatches' join_group and join_wait). `--profile` writes
+letting sentences join in groups (RunningBatches' join_group and join_wait); `--batch-sizes`
+adds the Translator over the same sentences cut into batches of each size, in order (what a
+worker decoding batch by batch gets from N clients: a service at 64 clients cannot beat its engine
+at batches of 64 or less). `--profile` writes
 torch's profile of 50 running steps (the host's ops outside the graph are what a CUDA graph does
 not hide).
 """
@@ -97,6 +100,8 @@ def main() -> None:
     p.add_argument("--join", nargs="+", default=["1:0"], metavar="GROUP:WAIT",
                    help="RunningBatches' join_group:join_wait, one or more: each runs twice, alternating; the "
                         "parts of the loop are those of the first's first run")
+    p.add_argument("--batch-sizes", default="", help="comma-separated: the Translator also decodes the same "
+                   "sentences in consecutive batches of each size (Translator.decode per batch)")
     p.add_argument("--profile", help="write torch's profile of 50 running steps here")
     args = p.parse_args()
 
@@ -137,6 +142,16 @@ def main() -> None:
     synchronize()
     offline = time.perf_counter() - start
 
+    fixed_batches = {}  # size -> seconds: the Translator, batch by batch, batches of that size
+    for size in (int(x) for x in args.batch_sizes.split(",") if x):
+        translator.decode(ids[:size], options)  # its buffers (and graphs) made before the clock starts
+        synchronize()
+        start = time.perf_counter()
+        for i in range(0, len(ids), size):
+            translator.decode(ids[i:i + size], options)
+        synchronize()
+        fixed_batches[size] = time.perf_counter() - start
+
     kind = "fixed-shape" if new_batches().fixed_shape else "eager"
     print(f"{translator.device} {translator.dtype}, {kind} running batch, beam {args.beam_size}, {len(ids)} sentences, "
           f"{args.in_flight} in flight, {args.slots} slots; torch threads {torch.get_num_threads()}\n")
@@ -148,6 +163,9 @@ def main() -> None:
         print(f"| running batch, closed loop, join {join} | {', '.join(f'{r:,.1f}' for r in rates)} | {n} | "
               f"{1000 * s / n:.3f} | {mean:.1f} | {offline / statistics.median(s for s, _, _ in measured):.2f}x |")
     print(f"| Translator.translate, one call | {len(ids) / offline:,.1f} | | | | |")
+    for size, taken in fixed_batches.items():
+        print(f"| Translator, batches of {size} sentences in order | {len(ids) / taken:,.1f} | | | | "
+              f"{offline / taken:.2f}x |")
     print(f"\n| part of the loop, join {args.join[0]} (wall, inclusive) | calls | ms per call | ms per step | "
           "share of the loop |")
     print("|---|---:|---:|---:|---:|")

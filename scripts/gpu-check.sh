@@ -58,7 +58,7 @@ if [ "$cuda" != 1 ]; then
   step cuda-tests-collected 120 "$PY" -m pytest -q --collect-only -m cuda tests/test_cuda.py
   step service-bench-options 60 "$PY" bench/service.py --help
   step running-engine 300 "$PY" bench/running.py --model checkpoints/en-de --device cpu --sentences 48 --in-flight 16 \
-    --slots 16 --kind fixed
+    --slots 16 --kind fixed --batch-sizes 8,16
   exit $status
 fi
 
@@ -70,8 +70,8 @@ fi
   >"$OUT/machine.txt" 2>&1
 step cuda-tests 150 "$PY" -m pytest -q -m cuda -p no:cacheprovider tests/test_cuda.py
 step bench-gpu 240 "$PY" bench/gpu.py --out "$OUT/bench" --profile 128
-step running-engine 90 "$PY" bench/running.py --model checkpoints/en-de --device cuda --sentences 3000 \
-  --join 1:0 8:2 16:4 --profile "$OUT/running-profile.txt"
+step running-engine 150 "$PY" bench/running.py --model checkpoints/en-de --device cuda --sentences 3000 \
+  --join 1:0 8:2 16:4 --batch-sizes 8,16,32,64,128 --profile "$OUT/running-profile.txt"
 service() {  # service NAME CLIENTS WORKERS [OPTIONS...]
   local name=$1 clients=$2 workers=$3
   shift 3

@@ -19,9 +19,11 @@ That needs a step whose every shape and buffer address is the same each time:
 - the batch is padded up to its bucket (a power of two of sentences; source length and capacity
   rounded up to a few sizes) and never shrinks: a sentence that is done stops searching in place
   (its pool of finished hypotheses frozen, `live` false) and its rows run on, unread, until the
-  bucket's last sentence is done; beams reorder inside the step, by an in-place gather of every
-  row's keys/values from the beam it continues (the whole capacity: a fixed shape), so the host
-  does nothing between two replays but read one flag.
+  bucket's last sentence is done. After each replay the host reads one status tensor (whether
+  any sentence still searches, whether every beam continued itself, which slots are live) and,
+  on the steps where beams switched, reorders the rows' filled keys/values by an in-place gather
+  (outside the graph: the filled length changes every step, and gathering the whole capacity
+  inside it would move up to twice the bytes of the step itself).
 
 The step is `Transformer.decode_step` and `search.select_on_device`, so the search is the one in
 model/search.py; `GraphedBeamSearch` runs its loop over these buffers. On a CPU (capture=False)
@@ -139,11 +141,14 @@ class SearchBuffers:
         self.t = zeros(Bb)  # each sentence's own steps (its length so far)
         self.length_penalty = zeros(1, dtype=torch.float32)
         self.max_len = zeros(Bb)
-        self.live = zeros(Bb, dtype=torch.bool)  # slots whose sentence still searches (not done, not empty)
+        # what the host reads after each step, in one copy: any slot live, every live beam continued
+        # itself (no reorder), then each slot's `live` (its sentence still searches: not done, not empty)
+        self.status = zeros(2 + Bb, dtype=torch.bool)
+        self.flags, self.live = self.status[:2], self.status[2:]
         self.run_scores = zeros(Bb, k, dtype=torch.float32)
         self.pool_scores = zeros(Bb, k, dtype=torch.float32)
         self.pool_ref = zeros(Bb, k)
-        self.searching = zeros(1, dtype=torch.bool)  # any slot live: what the host reads after a step
+        self.parents = zeros(Bb, k)  # the beam each beam continues, a done or empty slot's its own
         # each step's candidates, for the read-back: (Tb, Bb, 2k), and keep (Tb, Bb, k)
         self.cand_scores = zeros(Tb, Bb, 2 * k, dtype=torch.float32)
         self.cand_row, self.cand_tok, self.keep = zeros(Tb, Bb, 2 * k), zeros(Tb, Bb, 2 * k), zeros(Tb, Bb, k)
@@ -226,14 +231,19 @@ class SearchBuffers:
         else:
             graph.replay()
 
+    def reorder(self, length: int) -> None:
+        """Each row's first `length` keys/values become those of the beam it continues (`parents`)."""
+        rows = (self.first_row + self.parents).view(-1)  # (Nb,)
+        filled = self.self_kv[..., :length, :]  # (L, 2, Nb, H, length, Dh)
+        filled.copy_(filled.index_select(2, rows))
+
 
 def search_step(model: Transformer, buf: SearchBuffers, need_weights: bool, banned: tuple[int, ...],
                 eos_id: int) -> None:
     """One step of beam search over the bucket, in place: the decoder step, the selection
-    (search.select_on_device), this step's candidates into the history, each beam's keys/values
-    from the beam it continues, and whether any sentence still searches. A sentence that is done
-    (or a slot without one) keeps its pool and its rows. No host sync, no Python value that changes
-    between steps."""
+    (search.select_on_device), this step's candidates into the history, and the status the host
+    reads. A sentence that is done (or a slot without one) keeps its pool and its rows. No host
+    sync, no Python value that changes between steps."""
     (Bb, k), s = buf.run_scores.shape, buf.step
     at = s.remainder(buf.bucket.capacity)  # (1,) where this step goes in the history
     logits, attn = decoder_step(model, buf, need_weights)  # (Nb, V), (L, Nb, H, Sb)
@@ -250,14 +260,10 @@ def search_step(model: Transformer, buf: SearchBuffers, need_weights: bool, bann
     buf.pool_ref.copy_(torch.where(live, chosen.pool_ref, buf.pool_ref))
     for state, now in ((buf.run_scores, chosen.run_scores), (buf.tokens, chosen.tokens)):
         state.copy_(now)
-    # each beam's keys/values become those of the beam it continues (positions 0..t, and the
-    # rest of the capacity, unread); a done or empty slot keeps its own rows
-    parents = torch.where(live, chosen.parents, buf.own_rows[:k])  # (Bb, k)
-    rows = (buf.first_row + parents).view(-1)  # (Nb,)
-    for layer_kv in buf.self_kv:  # (2, Nb, H, Tb, Dh): one layer's copy at a time
-        layer_kv.copy_(layer_kv.index_select(1, rows))
     buf.live.logical_and_(~chosen.done)
-    buf.searching.copy_(buf.live.any().view(1))
+    # the beam each beam continues; a slot whose sentence is done (now or before), or empty, keeps its rows
+    buf.parents.copy_(torch.where(buf.live[:, None], chosen.parents, buf.own_rows[:k]))
+    buf.flags.copy_(torch.stack([buf.live.any(), (buf.parents == buf.own_rows[:k]).all()]))
     buf.t.add_(1)
     s.add_(1)
 
@@ -308,8 +314,11 @@ class GraphedBeamSearch:
             for t in range(T_cap):
                 buf.run(self.model, return_attention, banned_late if t >= min_new_tokens else banned_early, c.eos_id)
                 steps += 1
-                if not buf.searching.item():  # the step's one host sync
+                searching, in_place = buf.flags.tolist()  # the step's one host sync
+                if not searching:
                     break
+                if not in_place:
+                    buf.reorder(t + 1)
             every = torch.arange(B, device=device)  # each step's sentences, in bucket order: all of them
             finished = [(every, buf.pool_scores[:B], buf.pool_ref[:B])]
             return read_back(self.history(buf, [every] * steps), finished, n_best, 2 * k, c.eos_id, source_len, B)

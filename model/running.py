@@ -138,7 +138,7 @@ class RunningBatch:
         b = self.buf
         b.run(self.search.model, self.attention, self.banned, self.search.config.eos_id)
         self.steps += 1
-        live = b.live.tolist()  # the step's one host sync: the step stopped the sentences that are done
+        _, in_place, *live = b.status.tolist()  # the step's one host sync; it stopped the sentences done
         done = [j for j, key in enumerate(self.key) if key is not None and not live[j]]
         finished = []
         if done:
@@ -150,6 +150,8 @@ class RunningBatch:
                 finished.append((self.key[j], self.read_back(j, [h[:, n] for h in host], pools[0][n][:wanted],
                                                              pools[1][n][:wanted])))
                 self.key[j] = None
+        if not in_place:
+            b.reorder(max((self.steps - self.joined[j] for j, key in enumerate(self.key) if key is not None), default=0))
         return finished
 
     @torch.inference_mode()

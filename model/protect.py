@@ -95,6 +95,9 @@ def foreign_words(text: str, foreign: Callable[[str], bool]) -> list[tuple[int, 
     "Москва", "Dvořák"). The model would have to write such text byte by byte, which it does
     badly; as a span it is copied as written. ASCII is never foreign: punctuation a vocabulary
     lacks stays part of the sentence."""
+    if text.isascii():  # most text: no character to look up
+        return []
+
     def outside(c: str) -> bool:
         return ord(c) > 127 and foreign(c)
 

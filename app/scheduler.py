@@ -174,8 +174,7 @@ class Scheduler:
         while True:
             self._wake.clear()
             now = time.monotonic()
-            while self.in_flight < self.slots and (key := self._ready_key(now)) is not None:
-                self._launch(key, self._take(key))
+            self._dispatch(now)
             if self._closing and not self.queues and not self.in_flight:
                 return
             timeout = None
@@ -184,6 +183,11 @@ class Scheduler:
                 timeout = max(0.0, oldest + self._wait_s() - now)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
+
+    def _dispatch(self, now: float) -> None:
+        """Launch batches while a slot is free and a key is ready."""
+        while self.in_flight < self.slots and (key := self._ready_key(now)) is not None:
+            self._launch(key, self._take(key))
 
     def _wait_s(self) -> float:
         """How long an item waits for company: on an idle server not at all, while a batch runs up
@@ -246,13 +250,26 @@ class Scheduler:
         for item in batch:
             if item.job.started is None:
                 item.job.started = start
+        released = False
+
+        def release() -> None:
+            """The batch's slot is free: the next batch goes now, before this one's results wake
+            their requests (finishing and answering them holds the event loop for a while, ~0.5
+            ms a request, which the worker would otherwise spend idle)."""
+            nonlocal released
+            if not released:
+                released = True
+                self.in_flight -= 1
+                self._dispatch(time.monotonic())
+
         try:
-            await self._compute(key, batch, isolate=True)
+            await self._compute(key, batch, isolate=True, release=release)
         finally:
-            self.in_flight -= 1
+            release()
             self._wake.set()
 
-    async def _compute(self, key: BatchKey, batch: list[_Item], isolate: bool) -> None:
+    async def _compute(self, key: BatchKey, batch: list[_Item], isolate: bool,
+                       release: Callable[[], None] | None = None) -> None:
         def deliver(i: int, result: Any) -> None:
             batch[i].job.deliver(batch[i].index, result)
 
@@ -273,5 +290,7 @@ class Scheduler:
                 job.fail(e)
                 self._drop_queued(job)
         else:
+            if release is not None:
+                release()
             for item, result in zip(batch, results):
                 item.job.deliver(item.index, result)

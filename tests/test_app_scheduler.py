@@ -261,3 +261,26 @@ def test_a_batch_whose_every_request_is_gone_is_cancelled_in_flight_when_asked(c
 
     still_running, cancelled, in_flight = run(main())
     assert still_running and cancelled == cancel_in_flight and in_flight == 0
+
+
+def test_the_next_batch_goes_to_the_worker_before_the_finished_batch_wakes_its_requests():
+    """Answering a batch's requests holds the event loop (~0.5 ms each): the queued batch must be
+    on its way to the freed worker first, not wait behind them."""
+    async def main():
+        fake = FakeTranslate()
+        fake.gate = asyncio.Event()
+        scheduler = Scheduler(fake, slots=1, batch_tokens=40, max_wait_s=0.0)
+        scheduler.start()
+        key = make_key("en-de", beam_size=4)
+        first = scheduler.submit(key, [sentence(1), sentence(2)])
+        await asyncio.sleep(0.01)  # the first batch runs
+        second = scheduler.submit(key, [sentence(3)])  # queued behind it
+        await asyncio.sleep(0.01)
+        fake.gate.set()
+        await first.future
+        seen_by_the_first_request = len(fake.batches)
+        await second.future
+        await scheduler.stop(1)
+        return seen_by_the_first_request
+
+    assert run(main()) == 2  # the second batch had started when the first request resumed

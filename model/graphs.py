@@ -133,7 +133,7 @@ class SearchBuffers:
         self.self_kv = zeros(L, 2, Nb, H, Tb, Dh, dtype=dtype)
         self.cross_kv = zeros(L, 2, Bb, H, Sb, Dh, dtype=dtype)
         self.src_bias = zeros(Bb, 1, 1, Sb, dtype=dtype)  # 0 or -inf (padding)
-        # made once for the step's beam reorder: each row's own index, each sentence's first row
+        # made once for the beam reorder and the step's flags: each row's own index, each sentence's first row
         self.own_rows = torch.arange(Nb, device=device)  # (Nb,)
         self.first_row = self.own_rows[::k, None]  # (Bb, 1)
         # the search's (model/search.py's names)
@@ -148,7 +148,7 @@ class SearchBuffers:
         self.run_scores = zeros(Bb, k, dtype=torch.float32)
         self.pool_scores = zeros(Bb, k, dtype=torch.float32)
         self.pool_ref = zeros(Bb, k)
-        self.parents = zeros(Bb, k)  # the beam each beam continues, a done or empty slot's its own
+        self.parents = zeros(Bb, k)  # the beam each beam continues (a done or empty slot: its own)
         # each step's candidates, for the read-back: (Tb, Bb, 2k), and keep (Tb, Bb, k)
         self.cand_scores = zeros(Tb, Bb, 2 * k, dtype=torch.float32)
         self.cand_row, self.cand_tok, self.keep = zeros(Tb, Bb, 2 * k), zeros(Tb, Bb, 2 * k), zeros(Tb, Bb, k)

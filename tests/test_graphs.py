@@ -1,7 +1,7 @@
 """The fixed-shape search step of model/graphs.py (what a CUDA graph replays), run eagerly on the
 CPU: the same hypotheses, scores and attention as model/search.py's beam_search over the
 Transformer's own step, with the batch padded to its bucket, beams reordered in place and
-finished sentences moved out of the way."""
+finished sentences stopped where they are."""
 
 import threading
 

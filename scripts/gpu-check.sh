@@ -70,7 +70,7 @@ fi
   >"$OUT/machine.txt" 2>&1
 step cuda-tests 150 "$PY" -m pytest -q -m cuda -p no:cacheprovider tests/test_cuda.py
 step bench-gpu 240 "$PY" bench/gpu.py --out "$OUT/bench" --profile 128
-step running-engine 150 "$PY" bench/running.py --model checkpoints/en-de --device cuda --sentences 3000 \
+step running-engine 150 "$PY" bench/running.py --model checkpoints/en-de --device cuda --sentences 2000 \
   --join 1:0 8:2 16:4 --batch-sizes 8,16,32,64,128 --profile "$OUT/running-profile.txt"
 service() {  # service NAME CLIENTS WORKERS [OPTIONS...]
   local name=$1 clients=$2 workers=$3

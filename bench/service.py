@@ -68,7 +68,8 @@ def start_server(args) -> tuple[subprocess.Popen, str]:
     if args.no_shortlist:
         env["NMT_SHORTLIST"] = "false"
     process = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port",
-                                str(port), "--log-level", "warning"], cwd=ROOT, env=env)
+                                str(port), "--log-level", "warning", "--no-proxy-headers"],  # as `nmt serve`
+                               cwd=ROOT, env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:

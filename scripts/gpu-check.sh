@@ -10,7 +10,8 @@
 #    the running batch without the service against the Translator on the same sentences, where its
 #    time goes, and its profile (bench/running.py)
 # 3. the service on the GPU under load (bench/service.py), 15 s each, one worker: 64 keep-alive
-#    clients batch by batch (the default) and with running batches (NMT_RUNNING_BATCH=true), 256
+#    clients batch by batch (the default) and with running batches (NMT_RUNNING_BATCH=true, joining
+#    in groups of 8 or after 2 steps: the last lease measured them joining at every step), 256
 #    batch by batch and with running batches of 256 slots, 64 and 256 spread over 4 servers
 #    (replicas on one GPU), and 64 whose every request asks for alignments; the offline Translator
 #    on the same sentences
@@ -79,7 +80,7 @@ service() {  # service NAME CLIENTS WORKERS [OPTIONS...]
     --workers "$workers" --seconds 15 --client raw --json "$OUT/$name.json" "$@"
 }
 service service-64 64 1
-SERVICE_ENV=NMT_RUNNING_BATCH=true service service-64-running 64 1 --no-offline
+SERVICE_ENV="NMT_RUNNING_BATCH=true NMT_RUNNING_JOIN_GROUP=8 NMT_RUNNING_JOIN_WAIT=2" service service-64-running 64 1 --no-offline
 service service-256 256 1 --no-offline
 SERVICE_ENV="NMT_RUNNING_BATCH=true NMT_RUNNING_SLOTS=256" service service-256-running 256 1 --no-offline
 service service-64-s4 64 1 --servers 4 --no-offline

@@ -61,10 +61,14 @@ def test_running_batches_answer_as_the_batch_by_batch_service(tiny_sentinel_chec
     env = {"NMT_MODEL_DIRS": str(tiny_sentinel_checkpoint), "NMT_WORKERS": "1", "NMT_THREADS_PER_WORKER": "1",
            "NMT_DTYPE": "float32", "NMT_CACHE": "false", "NMT_SHORTLIST": "false", "NMT_DETECT_LANGUAGES": "none"}
     results = {}
-    for running in ("false", "true"):
-        with running_server({**env, "NMT_RUNNING_BATCH": running, "NMT_RUNNING_SLOTS": "4"}) as (url, _):
-            results[running] = answers(url)
+    # batch by batch; running batches joined at every step; joined in groups of 3 (or after 2 steps)
+    for mode, join in (("false", ("1", "0")), ("true", ("1", "0")), ("true", ("3", "2"))):
+        with running_server({**env, "NMT_RUNNING_BATCH": mode, "NMT_RUNNING_SLOTS": "4",
+                             "NMT_RUNNING_JOIN_GROUP": join[0], "NMT_RUNNING_JOIN_WAIT": join[1]}) as (url, _):
+            results[mode, join] = answers(url)
             worker = httpx.get(f"{url}/ready").json()["workers"][0]
             assert worker["restarts"] == 0 and worker["cancelled"] == 0
-    assert sum("attention" in t for t in results["true"]) == len(TEXTS)
-    assert_close(results["true"], results["false"])
+    batch_by_batch = results["false", ("1", "0")]
+    for running in (results["true", ("1", "0")], results["true", ("3", "2")]):
+        assert sum("attention" in t for t in running) == len(TEXTS)
+        assert_close(running, batch_by_batch)

@@ -66,11 +66,11 @@ class Settings(BaseSettings):
     running_slots: int = Field(64, ge=1, le=1024, description="Sentences in one running batch (NMT_RUNNING_BATCH); "
                                "more wait for a free slot.")
     running_join_group: int = Field(1, ge=1, le=1024, description="Sentences join a running batch in groups of this "
-                                    "many (fewer when fewer slots are free), each group encoded in one call; 1: at "
-                                    "the first step after they arrive.")
-    running_join_wait: int = Field(0, ge=0, le=1000, description="Steps a running batch runs before the sentences "
-                                   "waiting to join it go in, whatever their number (NMT_RUNNING_JOIN_GROUP); an "
-                                   "empty batch takes them at once.")
+                                    "many (fewer when fewer slots are free), each group encoded in one call, waiting "
+                                    "at most NMT_RUNNING_JOIN_WAIT steps for the group to fill.")
+    running_join_wait: int = Field(0, ge=0, le=1000, description="Most steps a sentence waits for its join group "
+                                   "(NMT_RUNNING_JOIN_GROUP) before it joins anyway; 0: it never waits. A batch with "
+                                   "nothing running takes waiting sentences at once.")
     max_wait_ms: float = Field(5.0, ge=0, le=10_000, description="Longest an item waits for company before its "
                                "batch runs anyway, while another batch runs (on an idle server it starts at once).")
     max_items: int = Field(64, ge=1, description="Most texts in one request.")

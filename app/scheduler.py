@@ -250,26 +250,25 @@ class Scheduler:
         for item in batch:
             if item.job.started is None:
                 item.job.started = start
-        released = False
-
-        def release() -> None:
-            """The batch's slot is free: the next batch goes now, before this one's results wake
-            their requests (finishing and answering them holds the event loop for a while, ~0.5
-            ms a request, which the worker would otherwise spend idle)."""
-            nonlocal released
-            if not released:
-                released = True
-                self.in_flight -= 1
-                self._dispatch(time.monotonic())
-
         try:
-            await self._compute(key, batch, isolate=True, release=release)
+            results = await self._compute(key, batch, isolate=True)
         finally:
-            release()
+            self.in_flight -= 1
+            # the next batch goes now, before this one's results wake their requests (finishing and
+            # answering them holds the event loop, ~0.5 ms a request, which the worker would spend idle)
+            self._dispatch(time.monotonic())
             self._wake.set()
+        self._deliver(batch, results)
 
-    async def _compute(self, key: BatchKey, batch: list[_Item], isolate: bool,
-                       release: Callable[[], None] | None = None) -> None:
+    @staticmethod
+    def _deliver(batch: list[_Item], results: list[Any] | None) -> None:
+        if results is not None:
+            for item, result in zip(batch, results):
+                item.job.deliver(item.index, result)
+
+    async def _compute(self, key: BatchKey, batch: list[_Item], isolate: bool) -> list[Any] | None:
+        """The batch's results, or None when it failed: then its jobs are answered here (failed,
+        or with `isolate` each request run alone once and answered)."""
         def deliver(i: int, result: Any) -> None:
             batch[i].job.deliver(batch[i].index, result)
 
@@ -278,19 +277,17 @@ class Scheduler:
                                            [item.job.weights[item.index] for item in batch], deliver)
             if len(results) != len(batch):
                 raise RuntimeError(f"run_batch returned {len(results)} results for {len(batch)} sources")
+            return results
         except Exception as e:
             jobs = [job for job in {id(item.job): item.job for item in batch}.values() if not job.done]
             if isolate and len(jobs) > 1:
                 # One request's input may be what failed: run each request's items alone, once,
                 # so that only the requests that fail on their own get the error.
                 for job in jobs:
-                    await self._compute(key, [item for item in batch if item.job is job], isolate=False)
-                return
+                    alone = [item for item in batch if item.job is job]
+                    self._deliver(alone, await self._compute(key, alone, isolate=False))
+                return None
             for job in jobs:  # the rest of a failed job is dropped, not computed
                 job.fail(e)
                 self._drop_queued(job)
-        else:
-            if release is not None:
-                release()
-            for item, result in zip(batch, results):
-                item.job.deliver(item.index, result)
+            return None

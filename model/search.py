@@ -236,10 +236,8 @@ def length_groups(lengths: list[int], group_cost: int = _GROUP_COST_TOKENS) -> l
 
 def padded(ids: list[list[int]], pad_id: int) -> Tensor:
     """Source id lists as one batch (B, S), each padded with pad_id to the longest."""
-    src = torch.full((len(ids), max(len(x) for x in ids)), pad_id, dtype=torch.long)
-    for row, x in enumerate(ids):
-        src[row, : len(x)] = torch.tensor(x)
-    return src
+    S = max(len(x) for x in ids)
+    return torch.tensor([x + [pad_id] * (S - len(x)) for x in ids], dtype=torch.long)  # one tensor, not one a row
 
 
 def encode_by_length(model: IncrementalDecoder, src: Tensor) -> tuple[Tensor, Tensor]:

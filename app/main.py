@@ -1,4 +1,5 @@
-"""The ASGI app: `app.main:app` (settings from the environment), or `create_app(settings)`."""
+"""The ASGI app: `app.main:app` (settings from the environment, made when first asked for), or
+`create_app(settings)`."""
 
 from __future__ import annotations
 
@@ -69,4 +70,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-app = create_app()
+def __getattr__(name: str):
+    """`app.main:app`: made on first use, so that importing this module (`nmt serve`, its HTTP
+    processes, which call create_app themselves) builds no service."""
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    made = globals()["app"] = create_app()
+    return made

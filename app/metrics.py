@@ -1,10 +1,19 @@
-"""Prometheus metrics, in a registry per app (tests build several apps in one process)."""
+"""Prometheus metrics, in a registry per app (tests build several apps in one process).
+
+With several HTTP processes and an engine process (NMT_HTTP_PROCESSES > 1, app/serve.py), `nmt serve`
+sets PROMETHEUS_MULTIPROC_DIR for all of them: each writes its values there, and /metrics, whichever
+process answers it, sums them (prometheus_client's multiprocess mode). The engine's gauges are then
+set by the engine process (`update_engine_gauges`), and the most recent value counts.
+"""
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 disable_created_metrics()  # the *_created series only double the output
 
@@ -24,8 +33,10 @@ class Metrics:
                                     ["model"], buckets=LATENCY_BUCKETS, registry=r)
         self.compute = Histogram("nmt_compute_seconds", "Translate requests: first batch start to last result.",
                                  ["model"], buckets=LATENCY_BUCKETS, registry=r)
-        self.queue_depth = Gauge("nmt_queue_depth", "Items waiting for a worker.", registry=r)
-        self.batches_in_flight = Gauge("nmt_batches_in_flight", "Batches running on workers.", registry=r)
+        self.queue_depth = Gauge("nmt_queue_depth", "Items waiting for a worker.", registry=r,
+                                 multiprocess_mode="mostrecent")
+        self.batches_in_flight = Gauge("nmt_batches_in_flight", "Batches running on workers.", registry=r,
+                                       multiprocess_mode="mostrecent")
         self.batch_size = Histogram("nmt_batch_size", "Items per batch.", buckets=SIZE_BUCKETS, registry=r)
         self.batch_tokens = Histogram("nmt_batch_tokens", "Padded source tokens per batch (before beams).",
                                       buckets=TOKEN_BUCKETS, registry=r)
@@ -43,9 +54,10 @@ class Metrics:
                                     "one of them.", ["model"], registry=r)
         self.worker_busy = Counter("nmt_worker_busy_seconds", "Seconds each worker spent on batches.", ["worker"],
                                    registry=r)
-        self.workers_alive = Gauge("nmt_workers_alive", "Workers able to take a batch.", registry=r)
+        self.workers_alive = Gauge("nmt_workers_alive", "Workers able to take a batch.", registry=r,
+                                   multiprocess_mode="mostrecent")
         self.worker_restarts = Gauge("nmt_worker_restarts", "Worker replacements after a death or hang.",
-                                     registry=r)
+                                     registry=r, multiprocess_mode="mostrecent")
         self.rate_limited = Counter("nmt_rate_limited", "Calls refused with 429 for a client's requests per minute "
                                     "(NMT_REQ_LIMIT, a key's req_limit).", registry=r)
         self.cache_lookups = Counter("nmt_cache_lookups", "Translation cache lookups by result (hit rate: "
@@ -57,6 +69,27 @@ class Metrics:
                                 registry=r)
         self.alignments = Gauge("nmt_alignments_stored", "Alignments in the store.", registry=r)
         self.alignment_bytes = Gauge("nmt_alignment_bytes", "Bytes of stored attention.", registry=r)
+        self._engine_gauges = (self.queue_depth, self.batches_in_flight, self.workers_alive, self.worker_restarts)
+        self._engine_sample: Callable[[], tuple[int, int, int, int]] = lambda: (0, 0, 0, 0)
+
+    def engine_gauges(self, sample: Callable[[], tuple[int, int, int, int]]) -> None:
+        """The engine's gauges read `sample()`: (items queued, batches in flight, workers alive,
+        worker restarts); at each scrape, or with several processes at each update_engine_gauges()."""
+        self._engine_sample = sample
+        for i, gauge in enumerate(self._engine_gauges):
+            gauge.set_function(lambda i=i: sample()[i])
+
+    def update_engine_gauges(self) -> None:
+        for gauge, value in zip(self._engine_gauges, self._engine_sample()):
+            gauge.set(value)
+
+    def exposition(self) -> bytes:
+        """The Prometheus text of this process's metrics, or of every process's with several."""
+        if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            return generate_latest(self.registry)
+        merged = CollectorRegistry()
+        MultiProcessCollector(merged)
+        return generate_latest(merged)
 
 
 class MetricsMiddleware:

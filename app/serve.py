@@ -1,20 +1,115 @@
-"""`nmt serve`: run the service under uvicorn."""
+"""`nmt serve`: run the service under uvicorn.
+
+NMT_HTTP_PROCESSES=1 (the default): one process serves HTTP and holds the engine (app/engine.py),
+whose workers are its children. N > 1: this process starts the engine in a process of its own and
+keeps it running (`EngineProcess`), then uvicorn's supervisor runs N HTTP processes on the one port
+(uvicorn restarts one that dies); they reach the engine over a Unix socket in a directory only this
+user can enter, share Redis (NMT_REDIS_URL) for what a request may store, and write their metrics
+where every process's /metrics can sum them (PROMETHEUS_MULTIPROC_DIR).
+SIGTERM / Ctrl-C stop accepting, finish in-flight requests, then stop the engine and its workers.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
+import multiprocessing
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
 import uvicorn
 
+from app.engine import engine_main
 from app.main import create_app
+from app.registry import as_checkpoints
 from app.settings import Settings
+
+log = logging.getLogger("uvicorn.error")
+HEALTHCHECK_TIMEOUT_S = 120  # an HTTP process silent this long is taken as hung, and replaced
 
 
 def serve(host: str | None, port: int | None, model_dirs: list[str] | None) -> None:
-    """Serve model_dirs on host:port (None: NMT_MODEL_DIRS, NMT_HOST, NMT_PORT).
-    SIGTERM / Ctrl-C stop accepting, finish in-flight requests, then stop the workers."""
+    """Serve model_dirs on host:port (None: NMT_MODEL_DIRS, NMT_HOST, NMT_PORT)."""
     settings = Settings()
     if model_dirs:
         settings = settings.model_copy(update={"model_dirs": list(model_dirs)})
     # proxy_headers off: uvicorn would otherwise take X-Forwarded-For from any loopback peer as the
     # client's address, whatever NMT_TRUST_FORWARDED_FOR says; the service reads it itself when told to
-    uvicorn.run(create_app(settings), host=host or settings.host, port=port or settings.port, log_level="info",
-                proxy_headers=False, timeout_graceful_shutdown=int(settings.shutdown_timeout_s) or None)
+    options = dict(host=host or settings.host, port=port or settings.port, log_level="info", proxy_headers=False,
+                   timeout_graceful_shutdown=int(settings.shutdown_timeout_s) or None)
+    if settings.http_processes == 1:
+        uvicorn.run(create_app(settings), **options)
+        return
+    if not settings.redis_url:
+        raise ValueError(f"NMT_HTTP_PROCESSES={settings.http_processes} needs NMT_REDIS_URL: the HTTP processes keep "
+                         "rate-limit counts, alignments, translated files and the translation cache there, so that "
+                         "each sees what the others stored")
+    run_dir = Path(tempfile.mkdtemp(prefix="nmt-serve-"))  # mode 0700: the engine's socket is this user's alone
+    try:
+        # Argos packages are converted once, here, and every process reads the checkpoints
+        directories = as_checkpoints(settings.model_dirs, settings.model_cache)
+        (run_dir / "metrics").mkdir()
+        os.environ.update(NMT_MODEL_DIRS=json.dumps(directories), NMT_ENGINE_SOCKET=str(run_dir / "engine.sock"),
+                          PROMETHEUS_MULTIPROC_DIR=str(run_dir / "metrics"))
+        engine = EngineProcess(Settings())  # the environment's settings, as the HTTP processes read them
+        engine.start()
+        try:
+            # each HTTP process loads the language detector (~20 s on 2 cores with NMT_DETECT_PRELOAD, its
+            # Rust code holding the GIL, so that the process does not answer uvicorn's health pings meanwhile)
+            uvicorn.run("app.main:create_app", factory=True, workers=settings.http_processes,
+                        timeout_worker_healthcheck=HEALTHCHECK_TIMEOUT_S, **options)
+        finally:
+            engine.stop(settings.shutdown_timeout_s + 15)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+class EngineProcess:
+    """The engine in a process of its own (app/engine.py: engine_main), started again if it dies;
+    the HTTP processes reconnect by themselves."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._context = multiprocessing.get_context("spawn")  # the workers it spawns use CUDA
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self.process = None
+        self._stop = None  # our end of the pipe the engine watches: a message or its closing stops it
+
+    def start(self) -> None:
+        self._spawn()
+        threading.Thread(target=self._watch, name="nmt-engine-watch", daemon=True).start()
+
+    def _spawn(self) -> None:
+        self._stop, theirs = self._context.Pipe()
+        self.process = self._context.Process(target=engine_main, name="nmt-engine",
+                                             args=(self.settings, self.settings.engine_socket, theirs))
+        self.process.start()
+        theirs.close()
+
+    def _watch(self) -> None:
+        while True:
+            self.process.join()
+            if self._stopping.wait(1.0):  # (a second between starts, should it fail at once)
+                return
+            with self._lock:
+                if self._stopping.is_set():
+                    return
+                log.error("the engine process exited (exit code %s); starting it again", self.process.exitcode)
+                self._spawn()
+
+    def stop(self, timeout_s: float) -> None:
+        """It finishes what it holds (NMT_SHUTDOWN_TIMEOUT_S), then stops its workers."""
+        with self._lock:
+            self._stopping.set()
+        if self.process.is_alive():
+            with contextlib.suppress(OSError):
+                self._stop.send("stop")
+            self.process.join(timeout_s)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()

@@ -1,10 +1,10 @@
-"""What the routes share: the served models, the scheduler, the workers, the storage (alignments,
-files, rate-limit counts), and the way from texts to translations.
+"""What the routes share: the served models, the engine (scheduler and workers, app/engine.py), the
+storage (alignments, files, rate-limit counts), and the way from texts to translations.
 
 A route checks its request (`admit`, `accept_texts`, `resolve`, `terminology`), then hands its
 texts to the text pipeline's first half (model/pipeline.py: `prepare`, or for documents
 `split_documents` and `translate_documents`), `translate_plans` sends the plans' ids to the
-scheduler as one Job (`decode`) and finishes each text when its hypotheses come back (the pipeline's second
+engine as one Job (`decode`) and finishes each text when its hypotheses come back (the pipeline's second
 half, here in the server: the worker only decodes). A job waits up to the request's deadline or
 the client's disconnect, whichever comes first; both drop its queued items.
 """
@@ -12,12 +12,10 @@ the client's disconnect, whichever comes first; both drop its queued items.
 from __future__ import annotations
 
 import asyncio
-import glob
 import hashlib
 import hmac
 import logging
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -32,6 +30,7 @@ from app.blobs import FileStore
 from app.cache import TranslationCache
 from app.documents.isolated import DocumentReader
 from app.documents.limits import Limits
+from app.engine import Engine, RemoteEngine, WorkerState
 from app.errors import ApiError
 from app.glossaries import inline_terminology, kept_by_second_leg, open_glossaries, owner_of
 from app.keys import configured_key, open_keys
@@ -39,11 +38,11 @@ from app.language import LanguageDetector
 from app.limits import RateLimiter
 from app.metrics import Metrics
 from app.registry import Registry, ServedModel, language_name
-from app.scheduler import BatchKey, QueueFull, Scheduler, ShuttingDown
+from app.scheduler import BatchKey, QueueFull, ShuttingDown
 from app.settings import Settings
 from app.storage import MemoryStorage, StorageUnavailable, open_storage
 from app.suggestions import SuggestionStore
-from app.worker import WorkerError, WorkerPool
+from app.worker import WorkerError
 from model import pipeline
 from model.clean import clean_text, lone_surrogate
 from model.options import DecodingOptions
@@ -57,9 +56,6 @@ log = logging.getLogger("uvicorn.error")  # uvicorn configures this one; it is i
 # about what preparing 100 characters does (~80 us each on a 2-core Xeon), and 2,000 characters
 # hold the loop for ~1.5 ms; more goes to a thread, so that the loop keeps serving
 INLINE_CHARS = 2_000
-# jobs in flight on a worker with running batches: enough that one job's long sentence does not
-# keep the next requests from its free slots
-RUNNING_JOBS_PER_WORKER = 8
 
 
 async def client_work(chars: int, work: Callable[[], T]) -> T:
@@ -126,16 +122,6 @@ def item_name(field: str, index: int, count: int) -> str:
     return f"{field}[{index}]" if count > 1 else field
 
 
-def visible_cuda_devices() -> int:
-    """How many CUDA devices a worker will see, without torch (the server never imports it): the
-    entries of CUDA_VISIBLE_DEVICES when it is set, else the NVIDIA device files."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        entries = [d for d in visible.split(",") if d.strip()]
-        return 0 if not entries or entries[0].strip().startswith("-") else len(entries)
-    return len(glob.glob("/dev/nvidia[0-9]*"))
-
-
 def document_limits(s: Settings) -> Limits:
     return Limits(max_zip_members=s.max_zip_members, max_unzipped_bytes=s.max_unzipped_bytes,
                   max_zip_ratio=s.max_zip_ratio, max_xml_depth=s.max_xml_depth, max_texts=s.max_file_texts,
@@ -158,9 +144,7 @@ class Service:
         self.glossaries = open_glossaries(settings.keys_db, settings.redis_url)
         self.suggestions = SuggestionStore(settings.suggestions_db)
         self.registry: Registry | None = None
-        self.pool: WorkerPool | None = None
-        self.scheduler: Scheduler | None = None
-        self.device_kind = "cpu"
+        self.engine: Engine | RemoteEngine | None = None  # the scheduler and workers (app/engine.py)
         self.started = False
 
     async def start(self) -> None:
@@ -172,61 +156,44 @@ class Service:
         if s.cache:
             self.cache = TranslationCache(self.storage, s.cache_ttl_s,
                                           {model_id: model.fingerprint for model_id, model in self.registry.models.items()})
-        cuda = visible_cuda_devices() if s.device != "cpu" else 0
-        self.device_kind, devices, threads = s.worker_layout(cuda)
-        batch_tokens = s.batch_token_budget(self.device_kind)
-        running = s.runs_batches()
         m = self.metrics
-        self.pool = WorkerPool(
-            {model_id: str(model.directory) for model_id, model in self.registry.models.items()}, devices,
-            threads=threads, dtype=s.dtype, batch_tokens=batch_tokens, batch_timeout_s=s.request_timeout_s + 30,
-            start_timeout_s=s.worker_start_timeout_s, fault_injection=s.fault_injection,
-            max_loaded=s.max_loaded_models, shortlist=s.shortlist, running=running, running_slots=s.running_slots,
-            running_join=(s.running_join_group, s.running_join_wait),
-            on_busy=lambda index, seconds: m.worker_busy.labels(str(index)).inc(seconds))
-        # batch by batch: a job per worker at a time, items waiting max_wait for company; running
-        # batches: jobs go at once, a few per worker in flight (the rest wait here, under the queue limit)
-        slots, max_wait_s = (len(devices) * RUNNING_JOBS_PER_WORKER, 0.0) if running else (len(devices),
-                                                                                          s.max_wait_ms / 1000)
-        self.scheduler = Scheduler(self.pool.run, slots=slots, batch_tokens=batch_tokens, max_wait_s=max_wait_s,
-                                   max_queue_items=s.max_queue_items, on_batch=self._observe_batch,
-                                   cancel_in_flight=running)
-        m.queue_depth.set_function(lambda: self.scheduler.queued)
-        m.batches_in_flight.set_function(lambda: self.scheduler.in_flight)
-        m.workers_alive.set_function(lambda: sum(w.alive for w in self.pool.workers))
-        m.worker_restarts.set_function(lambda: sum(w.restarts for w in self.pool.workers))
         local = self.storage if isinstance(self.storage, MemoryStorage) else None  # Redis: see Redis' own metrics
         m.alignments.set_function(lambda: local.count("alignment") if local else 0)
         m.alignment_bytes.set_function(lambda: local.bytes.get("alignment", 0) if local else 0)
         m.file_bytes.set_function(lambda: local.bytes.get("file", 0) if local else 0)
-        self.pool.start()
-        self.scheduler.start()
+        if s.engine_socket:  # `nmt serve` with several HTTP processes: the engine is a process of its own
+            self.engine = RemoteEngine(s.engine_socket)
+        else:
+            self.engine = Engine(s, {model_id: str(model.directory) for model_id, model in self.registry.models.items()},
+                                 m)
+            log.info("serving %s on %d %s worker(s) x %d thread(s), dtype %s", self.registry.pairs(),
+                     len(self.engine.pool.workers), self.engine.device_kind, self.engine.threads, s.dtype)
+        await self.engine.start()
         self.started = True
-        log.info("serving %s on %d %s worker(s) x %d thread(s), dtype %s", self.registry.pairs(), len(devices),
-                 self.device_kind, threads, s.dtype)
 
     async def stop(self) -> None:
         """Finish queued and in-flight work (within shutdown_timeout_s), then stop the workers."""
-        if self.scheduler:
-            await self.scheduler.stop(self.settings.shutdown_timeout_s)
-        if self.pool:
-            await self.pool.stop()
+        if self.engine:
+            await self.engine.stop()
         await self.storage.close()
 
-    def _observe_batch(self, key: BatchKey, items: int, tokens: int) -> None:
-        self.metrics.batch_size.observe(items)
-        self.metrics.batch_tokens.observe(tokens)
+    @property
+    def device_kind(self) -> str:
+        return self.engine.device_kind if self.engine else "cpu"
 
     @property
     def dtype(self) -> str:
         """The compute type the workers resolved (NMT_DTYPE, "auto" made concrete once one is up)."""
-        resolved = [w.dtype for w in self.pool.workers if w.dtype] if self.pool else []
-        return resolved[0] if resolved else self.settings.dtype
+        return self.engine.dtype if self.engine else self.settings.dtype
+
+    def workers(self) -> tuple[WorkerState, ...]:
+        return self.engine.status().workers if self.engine else ()
 
     def ready(self) -> tuple[bool, str]:
         if not self.started:
             return False, "models not loaded yet"
-        return self.pool.status()
+        status = self.engine.status()
+        return status.ready, status.reason
 
     def client_address(self, request: Request) -> str:
         if self.settings.trust_forwarded_for and request.headers.get("x-forwarded-for"):
@@ -698,11 +665,13 @@ class Service:
         if not missing:
             return Outcome(decoded, 0.0, 0.0)
         try:
-            job = self.scheduler.submit(key, [sources[i] for i in missing], [weights[i] for i in missing])
+            job = self.engine.submit(key, [sources[i] for i in missing], [weights[i] for i in missing])
         except QueueFull as e:
             raise ApiError(429, f"too busy: {e}") from None
         except ShuttingDown as e:
             raise ApiError(503, str(e)) from None
+        except WorkerError as e:  # the engine process is unreachable
+            raise ApiError(503, f"translation failed: {e}; retry") from None
         gone = asyncio.create_task(_client_gone(request))
         timeout_s = timeout_s or self.settings.request_timeout_s
         timeout = timeout_s - (time.monotonic() - job.arrived)
@@ -712,7 +681,7 @@ class Service:
         finally:
             gone.cancel()
         if job.future not in done:
-            self.scheduler.cancel(job)
+            self.engine.cancel(job)
             if gone in done:
                 raise ApiError(499, "client disconnected")  # nobody reads it; recorded in metrics
             raise ApiError(504, f"translation did not finish within {timeout_s:g} s "
@@ -720,6 +689,8 @@ class Service:
                            "texts")
         try:
             found = job.future.result()
+        except QueueFull as e:  # the engine of another process refused it (app/engine.py)
+            raise ApiError(429, f"too busy: {e}") from None
         except (WorkerError, ShuttingDown) as e:
             raise ApiError(503, f"translation failed: {e}; retry") from None
         if cache_keys:

@@ -172,6 +172,12 @@ class Settings(BaseSettings):
     redis_url: str = Field("", description="Redis shared by every replica (redis://host:6379/0): rate-limit counts, "
                            "translated files, alignments and the translation cache (app/storage.py); empty: this "
                            "process keeps them.")
+    http_processes: int = Field(1, ge=1, le=64, description="HTTP processes of `nmt serve`: 1, one process does "
+                                "everything; N > 1, N processes share the port and do the HTTP and text work "
+                                "(~1 ms of CPU a request), in front of one engine process that batches all their "
+                                "requests on the workers (app/engine.py). Needs NMT_REDIS_URL, which they share.")
+    engine_socket: str = Field("", description="Set by `nmt serve` for its HTTP processes (NMT_HTTP_PROCESSES > 1): "
+                               "the engine process's Unix socket. Not for operators.")
     host: str = Field("127.0.0.1", description="Bind address of `nmt serve`.")
     port: int = Field(8000, ge=0, le=65535, description="Port of `nmt serve`.")
     worker_start_timeout_s: float = Field(600.0, gt=0, description="Longest a worker may take to load its models.")

@@ -56,7 +56,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(args) -> tuple[subprocess.Popen, str]:
+def start_redis() -> tuple[subprocess.Popen, str]:
+    """A throwaway redis-server (Debian's) on a free port, for --http-processes."""
+    port = free_port()
+    process = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True).stdout.strip() != "PONG":
+        if time.monotonic() > deadline:
+            sys.exit("redis-server did not start")
+        time.sleep(0.05)
+    return process, f"redis://127.0.0.1:{port}/0"
+
+
+def start_server(args, redis_url: str | None) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {**os.environ, "NMT_MODEL_DIRS": args.model}
     for name in ("workers", "threads_per_worker", "max_wait_ms", "batch_tokens", "device", "dtype", "running_batch"):
@@ -67,9 +80,13 @@ def start_server(args) -> tuple[subprocess.Popen, str]:
     env.setdefault("NMT_CACHE", "false")  # the clients repeat sentences: measure decoding, not the cache
     if args.no_shortlist:
         env["NMT_SHORTLIST"] = "false"
-    process = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port",
-                                str(port), "--log-level", "warning", "--no-proxy-headers"],  # as `nmt serve`
-                               cwd=ROOT, env=env)
+    if args.http_processes > 1:  # `nmt serve` itself: it starts the engine process and the HTTP processes
+        env.update(NMT_HTTP_PROCESSES=str(args.http_processes), NMT_REDIS_URL=redis_url)
+        command = [sys.executable, "-m", "nmt", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    else:  # as `nmt serve` runs it
+        command = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port),
+                   "--log-level", "warning", "--no-proxy-headers"]
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL if args.http_processes > 1 else None)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
@@ -94,15 +111,33 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
 
 
-def process_tree_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds of the server process and of its children (the workers) so far."""
+def process_tree(pid: int) -> list[int]:
+    """pid and its descendants (Linux /proc)."""
     children = []
     try:
         for task in Path(f"/proc/{pid}/task").iterdir():
             children += [int(c) for c in (task / "children").read_text().split()]
     except OSError:
         pass
-    return {"server": cpu_seconds(pid), "workers": sum(cpu_seconds(c) for c in children)}
+    return [pid] + [p for c in children for p in process_tree(c)]
+
+
+def loaded_torch(pid: int) -> bool:
+    """Whether the process mapped libtorch: the workers do; the HTTP and engine processes never."""
+    try:
+        return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+def process_tree_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds so far of the server's processes: its workers (they load torch), with several HTTP
+    processes the engine process (the workers' parent), and the rest (HTTP, or HTTP and engine in one)."""
+    tree = process_tree(pid)
+    workers = [p for p in tree if loaded_torch(p)]
+    engines = [p for p in tree if p != pid and p not in workers and set(process_tree(p)[1:]) & set(workers)]
+    return {"server": sum(cpu_seconds(p) for p in tree if p not in workers and p not in engines),
+            "engine": sum(cpu_seconds(p) for p in engines), "workers": sum(cpu_seconds(p) for p in workers)}
 
 
 def metric(text: str, name: str) -> float:
@@ -161,7 +196,8 @@ async def load_test(urls: list[str], sentences: list[str], pair: dict, args, ser
             errors[status] = errors.get(status, 0) + 1
 
     def body(i: int) -> dict:
-        return {"text": sentences[i], **pair, "beam_size": args.beam_size, **({"alignments": True} if args.alignments else {})}
+        return {"text": sentences[i], **pair, "beam_size": args.beam_size, **({"alignments": True} if args.alignments else {}),
+                **({"max_length": args.max_length} if args.max_length else {})}
 
     async def httpx_client(http: httpx.AsyncClient):
         while time.perf_counter() < stop_at:
@@ -205,7 +241,7 @@ async def load_test(urls: list[str], sentences: list[str], pair: dict, args, ser
 
     def server_cpu() -> dict[str, float]:
         trees = [process_tree_cpu(pid) for pid in server_pids]
-        return {k: sum(tree[k] for tree in trees) for k in ("server", "workers")} if trees else {}
+        return {k: sum(tree[k] for tree in trees) for k in ("server", "engine", "workers")} if trees else {}
 
     async def metrics(http: httpx.AsyncClient) -> str:
         return "\n".join([(await http.get(f"{url}/metrics")).text for url in urls])
@@ -273,12 +309,17 @@ def main() -> None:
                    "requests a second, latency counted from each arrival")
     p.add_argument("--seconds", type=float, default=30)
     p.add_argument("--beam-size", type=int, default=4)
+    p.add_argument("--max-length", type=int, help="each request's max_length (target tokens): with a tiny model, "
+                   "what is left to measure is the HTTP side")
     p.add_argument("--client", choices=["httpx", "raw"], default="httpx",
                    help="load generator: httpx.AsyncClient, or a minimal asyncio HTTP/1.1 client that leaves "
                    "more of a small machine to the server")
     p.add_argument("--url", help="benchmark this running server instead of starting one")
     p.add_argument("--servers", type=int, default=1, help="start this many servers, each with its own workers, "
                    "and spread the raw clients over them (replicas on one machine)")
+    p.add_argument("--http-processes", type=int, default=1, help="NMT_HTTP_PROCESSES: the server is `nmt serve` "
+                   "with this many HTTP processes in front of one engine process, sharing a redis-server started "
+                   "here")
     p.add_argument("--workers", type=int, help="NMT_WORKERS for the started server")
     p.add_argument("--threads-per-worker", type=int, help="NMT_THREADS_PER_WORKER")
     p.add_argument("--max-wait-ms", type=float, help="NMT_MAX_WAIT_MS")
@@ -299,7 +340,8 @@ def main() -> None:
     sentences = load_sentences(args.data, args.limit)
     if args.servers > 1 and (args.url or args.client != "raw"):
         sys.exit("--servers needs the raw client and no --url")
-    started = [] if args.url else [start_server(args) for _ in range(args.servers)]
+    redis = start_redis() if args.http_processes > 1 and not args.url else None
+    started = [] if args.url else [start_server(args, redis and redis[1]) for _ in range(args.servers)]
     urls = [args.url] if args.url else [url for _, url in started]
     try:
         model = httpx.get(f"{urls[0]}/v1/models").json()["models"][0]
@@ -311,6 +353,8 @@ def main() -> None:
             process.terminate()
         for process, _ in started:
             process.wait(60)
+        if redis:
+            redis[0].terminate()
 
     from app.registry import load_model
 
@@ -319,6 +363,8 @@ def main() -> None:
     lat = sorted(x * 1000 for x in run["latencies"])
     load = f"open loop, {args.rate:g} requests/s Poisson" if args.rate else f"{args.clients} clients"
     servers = f"{len(urls)} servers x {len(workers) // len(urls)} worker(s)" if len(urls) > 1 else f"{len(workers)} worker(s)"
+    if args.http_processes > 1:
+        servers += f", {args.http_processes} HTTP processes"
     rows = [{"what": f"service: {load} ({args.client}), {servers}, {model['dtype']}",
              "sentences_per_s": done / run["elapsed"],
              "tokens_per_s": (sum(len(served.tokenizer.encode_source(sentences[i])) for i in run["sent"]) / run["elapsed"]

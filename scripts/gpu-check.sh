@@ -66,6 +66,7 @@ fi
 if [ -d artifacts/gpu-wheels ]; then
   step install 120 "$PY" -m pip install --no-index --no-deps --no-compile --target /tmp/nmt-gpu-site artifacts/gpu-wheels/*.whl
   export PYTHONPATH="$PYTHONPATH:/tmp/nmt-gpu-site"
+  command -v redis-server >/dev/null || export PATH="$PATH:$PWD/artifacts/gpu-wheels/redis/bin"
 fi
 { nvidia-smi; "$PY" -c "import torch, sys; print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda)"; } \
   >"$OUT/machine.txt" 2>&1
@@ -83,8 +84,10 @@ service service-64 64 1
 SERVICE_ENV="NMT_RUNNING_BATCH=true NMT_RUNNING_JOIN_GROUP=8 NMT_RUNNING_JOIN_WAIT=2" service service-64-running 64 1 --no-offline
 service service-256 256 1 --no-offline
 SERVICE_ENV="NMT_RUNNING_BATCH=true NMT_RUNNING_SLOTS=256" service service-256-running 256 1 --no-offline
-service service-64-s4 64 1 --servers 4 --no-offline
-service service-256-s4 256 1 --servers 4 --no-offline
+# four HTTP processes in front of one engine process and its one GPU worker (NMT_HTTP_PROCESSES=4, a
+# redis-server shared: Debian's, or the one scripts/gpu-wheels.sh packs)
+service service-64-p4 64 1 --http-processes 4 --no-offline
+service service-256-p4 256 1 --http-processes 4 --no-offline
 SERVICE_ENV=NMT_CLIENT_ALIGNMENT_BYTES=0 service service-64-alignments 64 1 --alignments --no-offline
 cat "$OUT/summary.txt"
 exit $status

@@ -257,7 +257,7 @@ def test_api_keys(client, monkeypatch):
 
 
 def test_queue_full_is_429(client, monkeypatch):
-    monkeypatch.setattr(client.app.state.service.scheduler, "max_queue_items", 0)
+    monkeypatch.setattr(client.app.state.service.engine.scheduler, "max_queue_items", 0)
     assert "too busy" in error(client, "POST", "/v1/translate", status=429,
                                json={"text": "A text never translated before.", "source": "en", "target": "de"})
 

@@ -6,7 +6,7 @@ import logging
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from app.protocol import Health, Ready, WorkerStatus
 from app.routers import ServiceDep
@@ -27,8 +27,8 @@ async def health():
 async def ready(service: ServiceDep):
     ok, reason = service.ready()
     workers = [WorkerStatus(index=w.index, device=w.device, state=w.state, restarts=w.restarts, batches=w.batches,
-                            busy_seconds=round(w.busy_seconds, 3), cancelled=w.cancelled, reason=w.reason or None)
-               for w in (service.pool.workers if service.pool else [])]
+                            busy_seconds=w.busy_seconds, cancelled=w.cancelled, reason=w.reason or None)
+               for w in service.workers()]
     models = sorted(service.registry.models) if service.registry else []
     try:
         await service.storage.check()
@@ -43,4 +43,4 @@ async def ready(service: ServiceDep):
 @router.get("/metrics", response_class=PlainTextResponse, summary="Prometheus metrics",
             responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text format."}})
 async def metrics(service: ServiceDep):
-    return PlainTextResponse(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    return PlainTextResponse(service.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

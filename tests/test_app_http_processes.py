@@ -1,8 +1,9 @@
 """`nmt serve` with NMT_HTTP_PROCESSES=2: two real HTTP processes in front of one engine process
 (app/engine.py, app/serve.py), sharing a real redis-server. They translate as one process does,
 one's alignments are the other's, /metrics sums every process, a queue-full engine answers 429
-through them, the engine killed is started again (its workers do not outlive it) while /health
-keeps answering, and SIGTERM finishes the request in flight before the engine stops."""
+through them, a request given up there is dropped by the engine, the engine killed is started
+again (its workers do not outlive it) while /health keeps answering, and SIGTERM finishes the
+request in flight before the engine stops."""
 
 from __future__ import annotations
 
@@ -208,3 +209,37 @@ def test_several_http_processes_need_redis(tiny_sentinel_checkpoint):
     run = subprocess.run([sys.executable, "-m", "nmt", "serve", "--port", str(free_port())], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and "NMT_HTTP_PROCESSES=2 needs NMT_REDIS_URL" in run.stderr, run.stderr
+
+
+def test_a_request_given_up_in_its_http_process_is_dropped_by_the_engine(tiny_sentinel_checkpoint, redis):
+    """The deadline passes in the HTTP process (504): the engine never decodes the job it had queued."""
+    from app.pipe import FAULT_SLOW
+
+    url, process = start(tiny_sentinel_checkpoint, redis.url, NMT_FAULT_INJECTION="true", NMT_REQUEST_TIMEOUT_S="1",
+                         NMT_MAX_WAIT_MS="0")
+    try:
+        answers = {}
+
+        def send(name: str, text: str) -> None:
+            answers[name] = httpx.post(f"{url}/v1/translate", json={"text": text, "source": "en", "target": "de"},
+                                       timeout=60)
+
+        def batches() -> int:
+            return httpx.get(f"{url}/ready").json()["workers"][0]["batches"]
+
+        before = batches()
+        slow = threading.Thread(target=send, args=("slow", f"Open {FAULT_SLOW}."))  # holds the one worker 4 s
+        slow.start()
+        time.sleep(0.5)
+        send("queued", "Print the page.")  # waits behind it, past its 1 s deadline
+        assert answers["queued"].status_code == 504, answers["queued"].text
+        slow.join(60)  # (its own deadline passed too: 504, while the worker still sleeps)
+        deadline = time.monotonic() + 20
+        while batches() == before:  # until the worker is free again: a job still queued would run now
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        time.sleep(1.0)
+        assert batches() == before + 1
+        assert re.search(r"^nmt_queue_depth 0\.0$", httpx.get(f"{url}/metrics").text, re.M)
+    finally:
+        stop(process)

@@ -297,10 +297,15 @@ class RemoteEngine:
     def dtype(self) -> str:
         return self._status.dtype
 
-    async def start(self) -> None:
-        """Connect, and keep connected, in the background: until the engine process answers (it may
-        still be starting), `status()` says so and jobs are refused."""
+    async def start(self, wait_s: float = 60.0) -> None:
+        """Connect, and keep connected in the background. Waits up to wait_s for the engine process
+        (it may still be starting), so that this HTTP process takes no requests it would refuse;
+        past that it starts anyway, `status()` saying why it is not ready."""
         self._task = asyncio.create_task(self._keep_connected(), name="engine-connection")
+        try:
+            await asyncio.wait_for(self._connected.wait(), wait_s)
+        except TimeoutError:
+            log.warning("%s after %g s; serving meanwhile", self._status.reason, wait_s)
 
     async def stop(self) -> None:
         if self._task:

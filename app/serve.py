@@ -40,7 +40,7 @@ def serve(host: str | None, port: int | None, model_dirs: list[str] | None) -> N
     # proxy_headers off: uvicorn would otherwise take X-Forwarded-For from any loopback peer as the
     # client's address, whatever NMT_TRUST_FORWARDED_FOR says; the service reads it itself when told to
     options = dict(host=host or settings.host, port=port or settings.port, log_level="info", proxy_headers=False,
-                   timeout_graceful_shutdown=int(settings.shutdown_timeout_s) or None)
+                   access_log=settings.access_log, timeout_graceful_shutdown=int(settings.shutdown_timeout_s) or None)
     if settings.http_processes == 1:
         uvicorn.run(create_app(settings), **options)
         return

@@ -178,6 +178,7 @@ class Settings(BaseSettings):
                                 "requests on the workers (app/engine.py). Needs NMT_REDIS_URL, which they share.")
     engine_socket: str = Field("", description="Set by `nmt serve` for its HTTP processes (NMT_HTTP_PROCESSES > 1): "
                                "the engine process's Unix socket. Not for operators.")
+    access_log: bool = Field(True, description="`nmt serve` logs a line per request (uvicorn's access log).")
     host: str = Field("127.0.0.1", description="Bind address of `nmt serve`.")
     port: int = Field(8000, ge=0, le=65535, description="Port of `nmt serve`.")
     worker_start_timeout_s: float = Field(600.0, gt=0, description="Longest a worker may take to load its models.")

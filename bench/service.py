@@ -81,12 +81,12 @@ def start_server(args, redis_url: str | None) -> tuple[subprocess.Popen, str]:
     if args.no_shortlist:
         env["NMT_SHORTLIST"] = "false"
     if args.http_processes > 1:  # `nmt serve` itself: it starts the engine process and the HTTP processes
-        env.update(NMT_HTTP_PROCESSES=str(args.http_processes), NMT_REDIS_URL=redis_url)
+        env.update(NMT_HTTP_PROCESSES=str(args.http_processes), NMT_REDIS_URL=redis_url, NMT_ACCESS_LOG="false")
         command = [sys.executable, "-m", "nmt", "serve", "--host", "127.0.0.1", "--port", str(port)]
     else:  # as `nmt serve` runs it
         command = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port),
                    "--log-level", "warning", "--no-proxy-headers"]
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL if args.http_processes > 1 else None)
+    process = subprocess.Popen(command, cwd=ROOT, env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:

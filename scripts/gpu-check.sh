@@ -12,9 +12,10 @@
 # 3. the service on the GPU under load (bench/service.py), 15 s each, one worker: 64 keep-alive
 #    clients batch by batch (the default) and with running batches (NMT_RUNNING_BATCH=true, joining
 #    in groups of 8 or after 2 steps: the last lease measured them joining at every step), 256
-#    batch by batch and with running batches of 256 slots, 64 and 256 spread over 4 servers
-#    (replicas on one GPU), and 64 whose every request asks for alignments; the offline Translator
-#    on the same sentences
+#    batch by batch and with running batches of 256 slots, 64 and 256 with 4 HTTP processes in
+#    front of the one engine (NMT_HTTP_PROCESSES=4: one process's ~1 ms of CPU a request capped
+#    the last lease's service), and 64 with 4 HTTP processes whose every request asks for
+#    alignments; the offline Translator on the same sentences
 #
 # On the lent GPU machine (Python 3.12, torch with CUDA, transformers, sentencepiece, safetensors,
 # httpx, prometheus-client; no network) the other packages come from artifacts/gpu-wheels, which
@@ -23,7 +24,7 @@
 #               carry ["artifacts/gpu-wheels"]   (a run brings back 8 files at most: one archive of all 11)
 # They are unpacked (no dependencies resolved) into /tmp/nmt-gpu-site, after the machine's own packages on the path.
 #
-# GPU_CHECK_SKIP="bench-gpu service-256-s4 ..." leaves those steps out (a rerun within the same lease).
+# GPU_CHECK_SKIP="bench-gpu service-256-p4 ..." leaves those steps out (a rerun within the same lease).
 #
 # Without CUDA it says so, checks that each step would run (bench/gpu.py --check on the CPU, the
 # CUDA tests collected, the service benchmark's options), and exits 0.
@@ -88,6 +89,6 @@ SERVICE_ENV="NMT_RUNNING_BATCH=true NMT_RUNNING_SLOTS=256" service service-256-r
 # redis-server shared: Debian's, or the one scripts/gpu-wheels.sh packs)
 service service-64-p4 64 1 --http-processes 4 --no-offline
 service service-256-p4 256 1 --http-processes 4 --no-offline
-SERVICE_ENV=NMT_CLIENT_ALIGNMENT_BYTES=0 service service-64-alignments 64 1 --alignments --no-offline
+SERVICE_ENV=NMT_CLIENT_ALIGNMENT_BYTES=0 service service-64-alignments-p4 64 1 --alignments --http-processes 4 --no-offline
 cat "$OUT/summary.txt"
 exit $status

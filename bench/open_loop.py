@@ -60,19 +60,23 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=3, help="runs of each mode and load")
     p.add_argument("--seconds", type=float, default=20, help="length of each loaded run")
     p.add_argument("--extra", default="", help="more bench/service.py options, for every run")
+    p.add_argument("--running", choices=["both", "no"], default="both",
+                   help="no: batch by batch only (e.g. to compare --extra settings, each run of this at half its own "
+                   "capacity)")
     args = p.parse_args()
 
-    found: dict[str, dict[str, list[float]]] = {mode: {} for mode in MODES}
+    modes = MODES if args.running == "both" else {"batch by batch": MODES["batch by batch"]}
+    found: dict[str, dict[str, list[float]]] = {mode: {} for mode in modes}
 
     def note(mode: str, name: str, value: float) -> None:
         found[mode].setdefault(name, []).append(value)
 
     for _ in range(args.repeat):
-        for mode in MODES:
+        for mode in modes:
             note(mode, "capacity", service(args, mode, ["--clients", "64"], args.seconds)["sentences_per_s"])
     half = statistics.median(found["batch by batch"]["capacity"]) / 2
     for _ in range(args.repeat):
-        for mode in MODES:
+        for mode in modes:
             idle = service(args, mode, ["--clients", "1"], 30)
             note(mode, "unloaded p50", idle["p50_ms"])
             note(mode, "unloaded p99", idle["p99_ms"])

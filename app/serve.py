@@ -44,6 +44,11 @@ def serve(host: str | None, port: int | None, model_dirs: list[str] | None) -> N
     if settings.http_processes == 1:
         uvicorn.run(create_app(settings), **options)
         return
+    _serve_processes(settings, options)
+
+
+def _serve_processes(settings: Settings, options: dict) -> None:
+    """NMT_HTTP_PROCESSES > 1: the engine process, then uvicorn's supervisor with the HTTP processes."""
     if not settings.redis_url:
         raise ValueError(f"NMT_HTTP_PROCESSES={settings.http_processes} needs NMT_REDIS_URL: the HTTP processes keep "
                          "rate-limit counts, alignments, translated files and the translation cache there, so that "

@@ -146,3 +146,47 @@ def wait_ready(url: str, processes: list, timeout_s: float = 120) -> None:
         except httpx.TransportError as error:
             last = f"{type(error).__name__}: {error}"
         time.sleep(0.1)
+
+
+class Redis:
+    """A real redis-server (Debian's) on a free local port, its append-only file on."""
+
+    def __init__(self, directory: Path):
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.directory = directory
+        self.process = None  # its Popen while it runs
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        import subprocess
+
+        self.process = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
+             "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--maxmemory", "256mb",
+             "--maxmemory-policy", "volatile-lru"], stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while subprocess.run(["redis-cli", "-p", str(self.port), "ping"], capture_output=True,
+                             text=True).stdout.strip() != "PONG":
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(20)
+
+
+@pytest.fixture(scope="module")
+def redis(tmp_path_factory) -> Iterator[Redis]:
+    """A redis-server for the module's tests (tests/test_app_redis.py, tests/test_app_http_processes.py)."""
+    server = Redis(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()

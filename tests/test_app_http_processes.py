@@ -24,7 +24,6 @@ import pytest
 from app.settings import Settings
 from tests.conftest import ready_client, wait_ready
 from tests.test_app_e2e import free_port
-from tests.test_app_redis import Redis
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("redis-server") is None,
                                                   reason="needs redis-server (apt-get install redis-server)")]
@@ -32,14 +31,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("redis-server") i
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "checkpoints" / "en-de"  # a trained model: different texts get different translations
 TEXTS = [f"Open the file number {i} and save it." if i % 2 else f"Print page {i}." for i in range(24)]
-
-
-@pytest.fixture(scope="module")
-def redis(tmp_path_factory):
-    server = Redis(tmp_path_factory.mktemp("redis"))
-    server.start()
-    yield server
-    server.stop()
 
 
 def start(checkpoint: Path, redis_url: str, **settings: str) -> tuple[str, subprocess.Popen]:

@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import httpx
@@ -25,40 +24,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("redis-server") i
                                                   reason="needs redis-server (apt-get install redis-server)")]
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-class Redis:
-    def __init__(self, directory: Path):
-        self.directory, self.port = directory, free_port()
-        self.process: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
-             "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--maxmemory", "256mb",
-             "--maxmemory-policy", "volatile-lru"], stdout=subprocess.DEVNULL)
-        deadline = time.monotonic() + 20
-        while subprocess.run(["redis-cli", "-p", str(self.port), "ping"], capture_output=True,
-                             text=True).stdout.strip() != "PONG":
-            assert time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(20)
-
-
-@pytest.fixture(scope="module")
-def redis(tmp_path_factory):
-    server = Redis(tmp_path_factory.mktemp("redis"))
-    server.start()
-    yield server
-    server.stop()
 
 
 def start_replica(checkpoint: Path, redis_url: str) -> tuple[str, subprocess.Popen]:

@@ -54,7 +54,8 @@ def test_compose_scaled_profile():
 @pytest.mark.e2e
 @pytest.mark.skipif(not (NGINX and shutil.which("redis-server")), reason="needs nginx and redis-server")
 def test_bench_through_nginx_and_two_replicas_runs_clean(tiny_checkpoint, tmp_path):
-    from tests.test_app_redis import Redis, start_replica
+    from tests.conftest import Redis
+    from tests.test_app_redis import start_replica
 
     redis = Redis(tmp_path)
     redis.start()

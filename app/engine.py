@@ -320,8 +320,8 @@ class RemoteEngine:
             try:
                 reader, self._writer = await asyncio.open_unix_connection(self.socket_path)
             except OSError as e:
-                self._status = replace_status(self._status, f"the engine process is unreachable ({e.strerror}); "
-                                              "retrying")
+                self._status = _unreachable(self._status, f"the engine process is unreachable ({e.strerror}); "
+                                            "retrying")
                 await asyncio.sleep(delay)
                 delay = min(2 * delay, 1.0)
                 continue
@@ -338,7 +338,7 @@ class RemoteEngine:
             self._writer.close()
             self._writer = None
         self._connected.clear()
-        self._status = replace_status(self._status, why)
+        self._status = _unreachable(self._status, why)
         jobs, self._jobs = list(self._jobs.values()), {}
         for job in jobs:
             job.fail(WorkerError(f"{why} before this job was answered"))
@@ -376,6 +376,6 @@ class RemoteEngine:
         return self._status
 
 
-def replace_status(status: EngineStatus, reason: str) -> EngineStatus:
+def _unreachable(status: EngineStatus, reason: str) -> EngineStatus:
     """The status of an engine this process cannot reach: not ready, and why; its workers unknown."""
     return EngineStatus(False, reason, status.device_kind, status.dtype, ())

@@ -278,10 +278,13 @@ class _RemoteJob(Job):
 class RemoteEngine:
     """The engine of another process, as an HTTP process sees it: `Engine`'s interface, over its socket.
     While the socket is down (the engine restarting) jobs fail with WorkerError and `status()`
-    says why; it reconnects by itself."""
+    says why; it reconnects by itself, unless `nmt serve`, its parent, is gone (killed outright):
+    then nobody will start the engine again, and this process stops too (SIGTERM to itself),
+    rather than hold the port answering 503."""
 
     def __init__(self, socket_path: str):
         self.socket_path = socket_path
+        self._parent = os.getppid()
         self._writer: asyncio.StreamWriter | None = None
         self._jobs: dict[int, Job] = {}  # in flight, by number
         self._numbers = itertools.count()
@@ -320,6 +323,10 @@ class RemoteEngine:
             try:
                 reader, self._writer = await asyncio.open_unix_connection(self.socket_path)
             except OSError as e:
+                if os.getppid() != self._parent:
+                    log.error("the engine process is gone, and `nmt serve` with it: stopping")
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    return
                 self._status = _unreachable(self._status, f"the engine process is unreachable ({e.strerror}); "
                                             "retrying")
                 await asyncio.sleep(delay)

@@ -2,8 +2,8 @@
 (app/engine.py, app/serve.py), sharing a real redis-server. They translate as one process does,
 one's alignments are the other's, /metrics sums every process, a queue-full engine answers 429
 through them, a request given up there is dropped by the engine, the engine killed is started
-again (its workers do not outlive it) while /health keeps answering, and SIGTERM finishes the
-request in flight before the engine stops."""
+again (its workers do not outlive it) while /health keeps answering, SIGTERM finishes the
+request in flight before the engine stops, and `nmt serve` killed outright leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -193,6 +193,26 @@ def test_the_engine_refuses_past_its_queue_limit_with_429_and_sigterm_finishes_w
     while any(alive(p) for p in tree):
         assert time.monotonic() < deadline, [p for p in tree if alive(p)]
         time.sleep(0.1)
+
+
+def test_nmt_serve_killed_outright_leaves_no_process_behind(tiny_sentinel_checkpoint, redis):
+    """SIGKILL to `nmt serve` itself: its engine stops (its pipe from `nmt serve` closed), and so do
+    its HTTP processes (nobody would start the engine again) and the workers: the port is free."""
+    url, process = start(tiny_sentinel_checkpoint, redis.url)
+    tree = [process.pid] + [p for c in children(process.pid) for p in [c, *children(c)]]
+    try:
+        process.kill()
+        deadline = time.monotonic() + 30
+        while any(alive(p) for p in tree):
+            assert time.monotonic() < deadline, [p for p in tree if alive(p)]
+            time.sleep(0.1)
+    finally:
+        for p in tree:
+            if alive(p):
+                os.kill(p, signal.SIGKILL)
+        process.wait(10)
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{url}/health")
 
 
 def test_several_http_processes_need_redis(tiny_sentinel_checkpoint):

@@ -652,7 +652,8 @@ class Service:
             # NMT_CACHE_SCOPE=key: an API key's translations are served from the cache to that key alone
             client = self.owner(request)
             partition = client if self.settings.cache_scope == "key" and client.startswith("key:") else ""
-            cache_keys = [self.cache.key(key, self.dtype, source, partition, w) for source, w in zip(sources, weights)]
+            dtype = self.dtype
+            cache_keys = [self.cache.key(key, dtype, source, partition, w) for source, w in zip(sources, weights)]
             try:
                 decoded = await self.cache.get(cache_keys)
             except StorageUnavailable as e:  # decode everything

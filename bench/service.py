@@ -341,9 +341,11 @@ def main() -> None:
     if args.servers > 1 and (args.url or args.client != "raw"):
         sys.exit("--servers needs the raw client and no --url")
     redis = start_redis() if args.http_processes > 1 and not args.url else None
-    started = [] if args.url else [start_server(args, redis and redis[1]) for _ in range(args.servers)]
-    urls = [args.url] if args.url else [url for _, url in started]
-    try:
+    started: list[tuple[subprocess.Popen, str]] = []
+    try:  # (what started is stopped, even when a later server never gets ready)
+        for _ in range(0 if args.url else args.servers):
+            started.append(start_server(args, redis and redis[1]))
+        urls = [args.url] if args.url else [url for _, url in started]
         model = httpx.get(f"{urls[0]}/v1/models").json()["models"][0]
         pair = {"source": model["source"], "target": model["target"]}
         run = asyncio.run(load_test(urls, sentences, pair, args, [process.pid for process, _ in started]))

@@ -39,8 +39,8 @@ class Settings(BaseSettings):
                                    "for the load), the least recently used unloaded past N.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="'auto' takes CUDA when available.")
     dtype: Literal["auto", "float32", "float16", "bfloat16", "int8"] = Field(
-        "auto", description="Weights and activations dtype. auto: bfloat16 on CUDA GPUs from Ampere on and CPUs "
-        "with AMX; int8 on other CPUs with AVX-512 VNNI or AVX2; else bfloat16 where the CPU computes it natively, "
+        "auto", description="Weights and activations dtype. auto: bfloat16 on CUDA GPUs from Ampere on; int8 on "
+        "CPUs with AVX-512 VNNI or AVX2 (AMX ones included); else bfloat16 where the CPU computes it natively, "
         "else float32. int8: int8 Linear layers with activations quantized row by row, the encoder and each decoder "
         "step as one C++ call, CPU only.")
     shortlist: bool = Field(True, description="On the CPU, decode over a model's vocabulary shortlist when its "

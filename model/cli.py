@@ -85,8 +85,9 @@ def register(subparsers) -> None:
                    "the number of cores)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16", "int8"],
-                   help="auto: bfloat16 on Ampere+ GPUs and AMX CPUs, int8 on CPUs with AVX-512 VNNI or AVX2, else bfloat16 "
-                        "where native, else float32; int8: int8 Linear layers on the CPU")
+                   help="auto: bfloat16 on Ampere+ GPUs, int8 on CPUs with AVX-512 VNNI or AVX2 (AMX ones too), else "
+                        "bfloat16 where native, else float32; int8: int8 Linear layers on the CPU (on AMX, bfloat16 "
+                        "can be faster for large models in large batches: BENCHMARKS.md)")
     p.add_argument("--no-shortlist", action="store_true", help="decode over the whole vocabulary even where the "
                    "model has a vocabulary shortlist (model/shortlist.py)")
     p.set_defaults(func=translate_command)

@@ -181,7 +181,7 @@ def test_int8_is_cpu_only(tiny_checkpoint):
         Translator.load(tiny_checkpoint, device="meta", dtype="int8")
 
 
-def test_auto_dtype_is_bfloat16_on_amx_else_int8_where_the_kernels_run_a_vector_path(tiny_checkpoint, monkeypatch):
+def test_auto_dtype_is_int8_where_the_kernels_run_a_vector_path_amx_included(tiny_checkpoint, monkeypatch):
     from model import kernels
 
     translator = Translator.load(tiny_checkpoint, device="cpu", dtype="auto")
@@ -189,7 +189,7 @@ def test_auto_dtype_is_bfloat16_on_amx_else_int8_where_the_kernels_run_a_vector_
     if translator.dtype == "int8":  # int8 Linear layers, the rest float32
         assert translator.model.tgt_embed.weight.dtype == torch.float32
         assert isinstance(translator.model.output_proj, Int8Linear)
-    for amx, path, avx512_bf16, expected in [(True, "avx512_vnni", True, "bfloat16"), (False, "avx512_vnni", True, "int8"),
+    for amx, path, avx512_bf16, expected in [(True, "avx512_vnni", True, "int8"), (True, None, False, "bfloat16"), (False, "avx512_vnni", True, "int8"),
                                              (False, "avx2", False, "int8"), (False, "scalar", True, "bfloat16"),
                                              (False, None, False, "float32")]:
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda v=amx: v)

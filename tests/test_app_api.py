@@ -65,6 +65,16 @@ def test_health_ready_metrics(client):
     assert "nmt_queue_depth" in r.text and "nmt_workers_alive 1.0" in r.text
 
 
+def test_what_the_server_loaded_is_frozen_out_of_the_collectors_walks_while_it_runs(tiny_checkpoint):
+    import gc
+
+    gc.unfreeze()
+    with ready_client(Settings(model_dirs=[str(tiny_checkpoint)], workers=1, threads_per_worker=1)) as c:
+        assert gc.get_freeze_count() > 10_000  # modules, the app, the models' tokenizers
+        assert translate(c, text="hello")["translations"]
+    assert gc.get_freeze_count() == 0  # stopped: collectable again
+
+
 # --- /v1/translate ---------------------------------------------------------------------------
 
 def test_translate_one_text_matches_offline_translator(client, offline):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import glob
 import itertools
 import logging
@@ -241,6 +242,8 @@ async def run_engine(settings: Settings, socket_path: str, parent) -> None:
     loop = asyncio.get_running_loop()
     loop.add_reader(parent.fileno(), stopping.set)  # a message, or EOF: `nmt serve` is stopping, or gone
     await engine.start()
+    gc.collect()
+    gc.freeze()  # what it loaded lives as long as it does: out of the collector's walks (as app/main.py)
     log.info("engine: %s on %d %s worker(s) x %d thread(s), dtype %s, at %s", registry.pairs(),
              len(engine.pool.workers), engine.device_kind, engine.threads, settings.dtype, socket_path)
     while not stopping.is_set():

@@ -189,9 +189,9 @@ def test_auto_dtype_is_int8_where_the_kernels_run_a_vector_path_amx_included(tin
     if translator.dtype == "int8":  # int8 Linear layers, the rest float32
         assert translator.model.tgt_embed.weight.dtype == torch.float32
         assert isinstance(translator.model.output_proj, Int8Linear)
-    for amx, path, avx512_bf16, expected in [(True, "avx512_vnni", True, "int8"), (True, None, False, "bfloat16"), (False, "avx512_vnni", True, "int8"),
-                                             (False, "avx2", False, "int8"), (False, "scalar", True, "bfloat16"),
-                                             (False, None, False, "float32")]:
+    for amx, path, avx512_bf16, expected in [(True, "avx512_vnni", True, "int8"), (True, None, False, "bfloat16"),
+                                             (False, "avx512_vnni", True, "int8"), (False, "avx2", False, "int8"),
+                                             (False, "scalar", True, "bfloat16"), (False, None, False, "float32")]:
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda v=amx: v)
         monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512_bf16: v)
         monkeypatch.setattr(kernels, "int8_path", lambda v=path: v)

@@ -15,7 +15,7 @@ stamp=.venv/nmt-setup.stamp
 wanted=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
 installed_hash="" installed_extras=""
 [ -f "$stamp" ] && read -r installed_hash installed_extras < "$stamp"
-[ "${installed_extras:-}" = "-" ] && installed_extras=""
+[ "$installed_extras" = "-" ] && installed_extras=""
 missing=""
 if [ "$installed_hash" = "$wanted" ]; then
   for extra in "$@"; do

@@ -46,7 +46,8 @@ def service(args, mode: str, load: list[str], seconds: float) -> dict:
                    *args.extra.split()]
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
         run = json.loads(out.read_text())
-        return {**run["rows"][0], "queue_wait_ms": run["queue_wait_ms"], "compute_ms": run["compute_ms"]}
+        return {**run["rows"][0], "queue_wait_ms": run["queue_wait_ms"], "compute_ms": run["compute_ms"],
+                "sentences": run["sentences"]}
 
 
 def cell(values: list[float], digits: int = 0) -> str:
@@ -73,7 +74,9 @@ def main() -> None:
 
     for _ in range(args.repeat):
         for mode in modes:
-            note(mode, "capacity", service(args, mode, ["--clients", "64"], args.seconds)["sentences_per_s"])
+            run = service(args, mode, ["--clients", "64"], args.seconds)
+            note(mode, "capacity", run["sentences_per_s"])
+    used = run["sentences"]
     half = statistics.median(found["batch by batch"]["capacity"]) / 2
     for _ in range(args.repeat):
         for mode in modes:
@@ -88,8 +91,8 @@ def main() -> None:
                 note(mode, f"{load} compute", run["compute_ms"])
             note(mode, "ratio", loaded["p99_ms"] / idle["p99_ms"])
 
-    print(f"\nhalf the capacity: {half:.1f} requests/s (half the batch-by-batch median); unloaded: one client; "
-          f"{args.repeat} runs each, alternating the modes")
+    print(f"\nsentences: {used}; half the capacity: {half:.1f} requests/s (half the batch-by-batch median); "
+          f"unloaded: one client; {args.repeat} runs each, alternating the modes")
     print("| workers | capacity, sentences/s | unloaded p50 / p99 ms | half capacity p50 / p99 ms "
           "| p99 ratio (target <= 2.5) |")
     print("|---|---:|---:|---:|---:|")

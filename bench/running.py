@@ -11,7 +11,8 @@ step's wait for the device falls in `step`, at its one host sync): admitting sen
 joining their slots), the step (beams reorder inside it), reading finished hypotheses back. Then
 Translator.translate decodes the same sentences in one call (length-sorted token-budget batches,
 the service's budget), and the table gives both in sentences/s; `--join` compares ways of
-letting sentences join in groups (RunningBatches' join_group and join_wait); `--batch-sizes`
+letting sentences join in groups (RunningBatches' join_group and join_wait), `--steps engine,model`
+the Translator's decoder step (on an int8 CPU model the fused one) against the model's own; `--batch-sizes`
 adds the Translator over the same sentences cut into batches of each size, in order (what a
 worker decoding batch by batch gets from N clients: a service at 64 clients cannot beat its engine
 at batches of 64 or less). `--profile` writes
@@ -36,7 +37,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from app.settings import Settings  # noqa: E402
-from bench.service import FALLBACK, load_sentences  # noqa: E402
+from bench.service import FALLBACK, load_sentences, sentences_used  # noqa: E402
 from model import graphs, running  # noqa: E402
 from model.options import DecodingOptions  # noqa: E402
 from model.translator import Translator  # noqa: E402
@@ -100,6 +101,8 @@ def main() -> None:
     p.add_argument("--join", nargs="+", default=["1:0"], metavar="GROUP:WAIT",
                    help="RunningBatches' join_group:join_wait, one or more: each runs twice, alternating; the "
                         "parts of the loop are those of the first's first run")
+    p.add_argument("--steps", default="engine", help="comma-separated, each run in turn: engine (the Translator's "
+                   "decoder step: on an int8 CPU the fused one) or model (the model's own PyTorch step)")
     p.add_argument("--batch-sizes", default="", help="comma-separated: the Translator also decodes the same "
                    "sentences in consecutive batches of each size (Translator.decode per batch)")
     p.add_argument("--profile", help="write torch's profile of 50 running steps here")
@@ -113,8 +116,11 @@ def main() -> None:
     seconds: dict[str, list[float]] = defaultdict(list)
     fixed_shape = {"auto": None, "fixed": True, "eager": False}[args.kind]
 
-    def new_batches(join: str = "1:0") -> running.RunningBatches:
+    engine_step = translator.decoder
+
+    def new_batches(join: str = "1:0", step: str = "engine") -> running.RunningBatches:
         group, wait = (int(x) for x in join.split(":"))
+        translator.decoder = engine_step if step == "engine" else translator.model
         return running.RunningBatches(translator, args.slots, fixed_shape, join_group=group, join_wait=wait)
 
     def synchronize() -> None:
@@ -127,15 +133,19 @@ def main() -> None:
     synchronize()
 
     timed(seconds)
-    runs: dict[str, list[tuple[float, int, float]]] = defaultdict(list)  # join -> (seconds, steps, running)
+    steps_kinds = args.steps.split(",")
+    # "join, step" -> (seconds, steps, running)
+    runs: dict[tuple[str, str], list[tuple[float, int, float]]] = defaultdict(list)
     parts: dict[str, list[float]] = {}
     for _ in range(2):
         for join in args.join:
-            seconds.clear()
-            runs[join].append(run_closed_loop(new_batches(join), ids, options, args.in_flight))
-            synchronize()
-            parts = parts or dict(seconds)
-    elapsed, steps, _ = runs[args.join[0]][0]
+            for step in steps_kinds:
+                seconds.clear()
+                runs[join, step].append(run_closed_loop(new_batches(join, step), ids, options, args.in_flight))
+                synchronize()
+                parts = parts or dict(seconds)
+    translator.decoder = engine_step
+    elapsed, steps, _ = runs[args.join[0], steps_kinds[0]][0]
     budget = Settings().batch_token_budget(translator.device.type)  # the service's default
     start = time.perf_counter()
     translator.translate(texts, beam_size=args.beam_size, batch_tokens=budget)
@@ -153,21 +163,22 @@ def main() -> None:
         fixed_batches[size] = time.perf_counter() - start
 
     kind = "fixed-shape" if new_batches().fixed_shape else "eager"
+    print(f"sentences: {sentences_used(args.data, lines)}")
     print(f"{translator.device} {translator.dtype}, {kind} running batch, beam {args.beam_size}, {len(ids)} sentences, "
           f"{args.in_flight} in flight, {args.slots} slots; torch threads {torch.get_num_threads()}\n")
     print("| decoding | sentences/s (each run) | steps | ms per step | sentences running per step | / offline |")
     print("|---|---:|---:|---:|---:|---:|")
-    for join, measured in runs.items():
+    for (join, step), measured in runs.items():
         rates = [len(ids) / s for s, _, _ in measured]
         s, n, mean = measured[0]
-        print(f"| running batch, closed loop, join {join} | {', '.join(f'{r:,.1f}' for r in rates)} | {n} | "
+        print(f"| running batch, closed loop, join {join}, {step} step | {', '.join(f'{r:,.1f}' for r in rates)} | {n} | "
               f"{1000 * s / n:.3f} | {mean:.1f} | {offline / statistics.median(s for s, _, _ in measured):.2f}x |")
     print(f"| Translator.translate, one call | {len(ids) / offline:,.1f} | | | | |")
     for size, taken in fixed_batches.items():
         print(f"| Translator, batches of {size} sentences in order | {len(ids) / taken:,.1f} | | | | "
               f"{offline / taken:.2f}x |")
-    print(f"\n| part of the loop, join {args.join[0]} (wall, inclusive) | calls | ms per call | ms per step | "
-          "share of the loop |")
+    print(f"\n| part of the loop, join {args.join[0]}, {steps_kinds[0]} step (wall, inclusive) | calls | ms per call | "
+          "ms per step | share of the loop |")
     print("|---|---:|---:|---:|---:|")
     for name, values in sorted(parts.items(), key=lambda item: -sum(item[1])):
         total = sum(values)

@@ -50,6 +50,15 @@ def load_sentences(path: str | None, limit: int) -> list[str]:
     return FALLBACK
 
 
+def sentences_used(path: str | None, sentences: list[str]) -> str:
+    """Which sentences a run translated, for its output: numbers from the built-in six short ones
+    (where --data is missing) are not comparable with a corpus's."""
+    if sentences is FALLBACK:
+        return f"the {len(FALLBACK)} built-in sentences" + (f" ({path} not found)" if path else "")
+    words = sorted(len(s.split()) for s in sentences)
+    return f"{path}: {len(sentences)} sentences, median {words[len(words) // 2]} words"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -383,7 +392,8 @@ def main() -> None:
                          "sentences_per_s": len(translated) / seconds, "tokens_per_s": tokens / seconds,
                          "p50_ms": None, "p95_ms": None, "p99_ms": None})
 
-    print(f"\n{done} sentences in {run['elapsed']:.1f} s, beam {args.beam_size}, mean batch "
+    print(f"\nsentences: {sentences_used(args.data, sentences)}")
+    print(f"{done} sentences in {run['elapsed']:.1f} s, beam {args.beam_size}, mean batch "
           f"{run['mean_batch']:.1f} items, workers busy {100 * run['busy_s'] / run['elapsed'] / len(workers):.0f}%"
           + (f", errors {run['errors']}" if run["errors"] else ""))
     print(f"in the server, per request: mean queue wait {run['queue_wait_ms']:.0f} ms (arrival to its batch's start), "
@@ -412,6 +422,7 @@ def main() -> None:
         Path(args.json).write_text(json.dumps({"rows": rows, "mean_batch": run["mean_batch"], "busy_s": run["busy_s"],
                                                "queue_wait_ms": run["queue_wait_ms"], "compute_ms": run["compute_ms"],
                                                "errors": run["errors"], "args": vars(args),
+                                               "sentences": sentences_used(args.data, sentences),
                                                # (sentence index, latency s) of every answered request
                                                "requests": list(zip(run["sent"], run["latencies"]))}, indent=2))
 

@@ -19,10 +19,10 @@ candidates is a ring of `capacity` steps, which no sentence outlives.
 Each sentence's hypotheses are those `beam_search` gives it alone (tests/test_running.py).
 
 Two kinds, one use: `RunningBatch` over the GPU's fixed-shape step (every slot computed, which a
-CUDA graph replays at the cost of one launch), and `EagerRunningBatch` over the model's own
-decoder step (the CPU's: only the running sentences' rows, the C++ attention and search step, the
-vocabulary shortlist), whose rows sit at their own positions in a shared cache
-(transformer.DecoderCache.start). `RunningBatches` keeps one per decoding shape for a worker.
+CUDA graph replays at the cost of one launch), and `EagerRunningBatch` over the CPU engine's own
+decoder step (only the running sentences' rows: the fused int8 step or the model's, the C++
+attention and search step, the vocabulary shortlist), whose rows sit at their own positions in a shared cache
+(transformer.DecoderCache.position). `RunningBatches` keeps one per decoding shape for a worker.
 """
 
 from __future__ import annotations
@@ -204,22 +204,24 @@ class RunningBatch:
 
 
 class EagerRunningBatch:
-    """A running batch over the model's own decoder step (the CPU's engine: its C++ attention
-    and search step, and the vocabulary shortlist), where RunningBatch above runs the GPU's
+    """A running batch over the CPU engine's own decoder step (the fused int8 step or the model's,
+    the C++ attention and search step, and the vocabulary shortlist), where RunningBatch above runs the GPU's
     fixed-shape step. Its rows are the running sentences' beams only, so a step costs what
     these sentences cost: sentences join at a step boundary (encoded on admission, their
     encoder-decoder keys/values appended to the cache) and leave when done, as in beam_search,
     whose hypotheses each gets (tests/test_running.py). Rows sit at their own positions: a
-    sentence that joins at column c writes its position p at column c + p of a shared
-    self-attention buffer, whose columns before c its rows do not read (transformer.DecoderCache:
-    `start`); columns no running sentence reads any more are dropped when the buffer is full.
+    sentence that joins writes its positions from 0 in its rows' slots of the self-attention
+    buffer, and each row reads its own positions only (transformer.DecoderCache: `position`);
+    its encoder-decoder keys/values go into a free entry of a pool (`entry`), so that nothing of
+    the others moves when it joins or leaves.
 
     Same use as RunningBatch: `admit` (up to `free` sentences), `step`, `drop`, `close`.
     """
 
     def __init__(self, decoder: IncrementalDecoder, slots: int, beam_size: int, length_penalty: float = 1.0,
                  attention: bool = False, shortlist: Shortlist | None = None, select_fn: SelectFn = select):
-        """decoder: a Transformer (its decode_step reads per-row positions; the fused int8 step does not)."""
+        """decoder: a Transformer, or the fused int8 one (model/cpu/fused.py): its decode_step reads
+        the cache's per-row positions."""
         self.decoder, self.view = decoder, decoder  # view: the decoder over this batch's shortlist
         self.slots, self.k, self.length_penalty, self.attention = slots, beam_size, length_penalty, attention
         self.shortlist, self.select_fn = shortlist, select_fn
@@ -234,7 +236,6 @@ class EagerRunningBatch:
         self.key: list[Hashable] = []
         self.ids: list[list[int]] = []
         self.joined: list[int] = []  # the step it joined at
-        self.column: list[int] = []  # the cache column its first position is in
         self.cap: list[int] = []  # most new tokens, EOS included
         self.wanted: list[int] = []  # hypotheses it returns
         self.tokens = torch.empty(0, dtype=torch.long)  # (N,) each row's newest token
@@ -272,16 +273,17 @@ class EagerRunningBatch:
         memory, src_mask = encode_by_length(self.decoder, src)  # (n, S, D), (n, 1, 1, S)
         theirs = self.decoder.start_cache(memory, src_mask, group=k, capacity=1)  # their encoder-decoder keys/values
         cap = max(cap for *_, cap in items)
-        if self.cache is None:  # the first sentences: a buffer with room for as many again, and for longer ones
+        if self.cache is None:  # the first sentences: a buffer with room for as many again (as the batch
+            # takes at most), and for longer ones
+            rows = min(2 * n, self.slots) * k
             self.cache = theirs
-            self.cache.start = torch.zeros(n * k, dtype=torch.long)
-            self.cache.resize(2 * n * k, 2 * cap)
-            self.free_slots = list(range(n * k, 2 * n * k))
+            self.cache.at_own_positions()
+            self.cache.resize(rows, 2 * cap)
+            self.free_slots = list(range(n * k, rows))
         else:
             self._make_room(n * k, cap)
             slots, self.free_slots = self.free_slots[: n * k], self.free_slots[n * k:]
             self.cache.join(theirs, torch.tensor(slots))
-        cache = self.cache
         start = torch.full((n, k), -1e9)
         start[:, 0] = 0.0  # all beams start equal: expand only the first
         self.tokens = torch.cat([self.tokens, torch.full((n * k,), c.decoder_start_id, dtype=torch.long)])
@@ -295,26 +297,20 @@ class EagerRunningBatch:
             self.key.append(key)
             self.ids.append(ids)
             self.joined.append(self.steps)
-            self.column.append(cache.length)
             self.cap.append(cap)
         self.where = {key: i for i, key in enumerate(self.key)}
         if self.shortlist is not None:
             self._shortlist([ids for _, ids, _ in items])
 
     def _make_room(self, rows: int, cap: int) -> None:
-        """Free slots for `rows` more rows, and columns for every running sentence's cap and a new
-        one of `cap` new tokens from the next column: drop the columns no one reads, then grow."""
+        """Free slots for `rows` more rows, and positions for a new sentence of `cap` new tokens:
+        the buffer grows, by half at least (each growth copies it)."""
         cache = self.cache
-        end = max([column + n for column, n in zip(self.column, self.cap)] + [cache.length + cap])
-        if end > cache.capacity:
-            first = min(self.column)
-            cache.drop_columns(first)
-            self.column = [column - first for column in self.column]
-            end -= first
         slots = cache.self_kv.size(0)
-        if len(self.free_slots) < rows or end > cache.capacity:
-            grown = slots if len(self.free_slots) >= rows else max(2 * slots, slots - len(self.free_slots) + rows)
-            cache.resize(grown, max(cache.capacity, end))
+        if len(self.free_slots) < rows or cap > cache.capacity:
+            grown = slots if len(self.free_slots) >= rows else max(min(2 * slots, self.slots * self.k),
+                                                                    slots - len(self.free_slots) + rows)
+            cache.resize(grown, cache.capacity if cap <= cache.capacity else max(cap, cache.capacity * 3 // 2))
             self.free_slots += range(slots, grown)
 
     def _shortlist(self, joining: list[list[int]]) -> None:
@@ -401,7 +397,7 @@ class EagerRunningBatch:
         self.run_scores, self.pool_scores, self.pool_ref = (x[alive] for x in (self.run_scores, self.pool_scores,
                                                                                 self.pool_ref))
         self.max_len, self.own_steps = self.max_len[alive], self.own_steps[alive]
-        for name in ("key", "ids", "joined", "column", "cap", "wanted"):
+        for name in ("key", "ids", "joined", "cap", "wanted"):
             setattr(self, name, [getattr(self, name)[i] for i in kept])
         self.where = {key: i for i, key in enumerate(self.key)}
         if not self.key:  # the next sentences start a cache of their own size
@@ -547,7 +543,7 @@ class RunningBatches:
             return RunningBatch(self.search, self.slots, shape.beam_size, shape.source_len, shape.capacity,
                                 shape.length_penalty, shape.attention)
         t = self.translator
-        return EagerRunningBatch(t.model, self.slots, shape.beam_size, shape.length_penalty, shape.attention,
+        return EagerRunningBatch(t.decoder, self.slots, shape.beam_size, shape.length_penalty, shape.attention,
                                  t.shortlist, t.select_fn)
 
     def cancel(self, tags: set[Hashable]) -> None:

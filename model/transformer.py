@@ -117,15 +117,17 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(self.merge_heads(out)), weights
 
     def attend_per_source(self, h: Tensor, k: Tensor, v: Tensor, bias: Tensor, group: int, need_weights: bool,
-                          attention_fn=None):
+                          attention_fn=None, rows: Tensor | None = None):
         """Encoder-decoder attention of decoder rows that come `group` to a source (the beams of
         one sentence): the group's rows are `group` queries of one batch entry, against that
         source's one copy of keys and values, so beams never copy them. h: (N, 1, D); k, v:
-        (N / group, H, S, Dh); bias: (N / group, 1, 1, S). Returns (N, 1, D) and, if asked, the
+        (N / group, H, S, Dh), or with rows (N / group, S) entries of a pool (P, H, S, Dh) that
+        each source reads; bias: (N / group, 1, 1, S). Returns (N, 1, D) and, if asked, the
         weights (N, H, S)."""
         N, H, Dh = h.size(0), self.n_heads, self.d_head
         q = self.q_proj(h).view(N // group, group, H, Dh).transpose(1, 2)  # (N/g, H, g, Dh)
-        out, w = (attention_fn or self.attention_fn)(q, k, v, bias, need_weights, 0.0)
+        fn = attention_fn or self.attention_fn
+        out, w = fn(q, k, v, bias, need_weights, 0.0) if rows is None else fn(q, k, v, bias, need_weights, 0.0, rows)
         out = out.transpose(1, 2).reshape(N, 1, H * Dh)
         if w is not None:
             w = w.transpose(1, 2).reshape(N, H, -1)  # (N, H, S)
@@ -217,17 +219,21 @@ class DecoderCache:
         N, capacity = self_kv.shape[:2]
         self.slot = torch.arange(N, device=self_kv.device)  # (N,) where each row writes its next position
         self.table = torch.empty(N, capacity, dtype=torch.long, device=self_kv.device)  # (N, capacity) slot per position
-        self.cross_kv = cross_kv  # per layer: 2 x (N / group, H, S, Dh)
+        self.cross_kv = cross_kv  # per layer: 2 x (N / group, H, S, Dh), or a pool: 2 x (P, H, S', Dh)
+        # None, or (N / group,) the cross_kv entry each source reads: a running batch keeps its
+        # sources' keys/values in a pool where they were written (`join`), instead of copying all
+        # of them whenever a sentence joins or leaves
+        self.entry: Tensor | None = None
         # the source padding mask (N / group, 1, 1, S) as an additive bias (0 or -inf): the fused
         # kernel would otherwise convert a bool mask at every step and layer
         self.src_bias = torch.zeros(src_mask.shape, dtype=cross_kv[0][0].dtype, device=src_mask.device)
         self.src_bias.masked_fill_(~src_mask, float("-inf"))
         self.group = group
-        self.length = 0  # positions filled so far
-        # the column at which each row's sentence began (N,), or None: all at 0. A running batch
-        # (model/running.py) has sentences that joined at later steps; a row's position is then
-        # length - start, and the columns before its start are not its own.
-        self.start: Tensor | None = None
+        self.length = 0  # positions filled so far (with `position`: the most any row has)
+        # None: every row writes position `length`; or (N,) the position each row writes next. A
+        # running batch (model/running.py) has sentences that joined at later steps, each row at its
+        # own position: it writes there, and reads its positions up to there only.
+        self.position: Tensor | None = None
 
     @property
     def capacity(self) -> int:
@@ -237,47 +243,88 @@ class DecoderCache:
         """Decoder layer i's self-attention keys [:, :, 0] and values [:, :, 1]: (slots, capacity, 2, H, Dh)."""
         return self.self_kv[:, :, i]
 
-    def positions(self) -> int | Tensor:
-        """The position this step writes: `length`, or per row (N,) when sentences began apart."""
-        return self.length if self.start is None else self.length - self.start
+    def at_own_positions(self) -> None:
+        """Rows at their own positions from now on (a running batch's cache): each at `length`."""
+        if self.position is None:
+            self.position = torch.full((self.slot.numel(),), self.length, dtype=torch.long, device=self.slot.device)
 
-    def self_bias(self, dtype: torch.dtype) -> Tensor | None:
-        """Self-attention's additive bias over the columns so far (N, 1, 1, length + 1): -inf on
-        the columns before a row's start; None when every row starts at column 0."""
-        if self.start is None:
+    def step_positions(self) -> int:
+        """T, the positions this step reads (its writes included); raises when one is past the buffer."""
+        T = self.length + 1 if self.position is None else int(self.position.max()) + 1
+        if self.capacity < T:
+            raise ValueError(f"decoder cache is full ({self.capacity} positions)")
+        return T
+
+    def advance(self, T: int) -> None:
+        """After a step that read T positions: each row's next position is one further."""
+        self.length = T
+        if self.position is not None:
+            self.position += 1
+
+    def self_bias(self, T: int, dtype: torch.dtype) -> Tensor | None:
+        """Self-attention's additive bias over the first T positions (N, 1, 1, T): -inf past each
+        row's own position; None when every row is at the same one."""
+        if self.position is None:
             return None
-        columns = torch.arange(self.length + 1, device=self.start.device)
-        bias = torch.zeros(self.start.size(0), 1, 1, self.length + 1, dtype=dtype, device=self.start.device)
-        return bias.masked_fill_((columns < self.start[:, None])[:, None, None, :], float("-inf"))
+        positions = torch.arange(T, device=self.position.device)
+        bias = torch.zeros(self.position.size(0), 1, 1, T, dtype=dtype, device=self.position.device)
+        return bias.masked_fill_((positions > self.position[:, None])[:, None, None, :], float("-inf"))
+
+    def cross_attention_kv(self, i: int) -> tuple[Tensor, Tensor, Tensor | None]:
+        """Decoder layer i's encoder-decoder keys and values over the S source positions read,
+        and attention's rows: (N / group, S) the pool entry of each source's every key, or None
+        (2 x (N / group, H, S, Dh) then)."""
+        S = self.src_bias.size(-1)
+        k, v = self.cross_kv[i]
+        rows = None if self.entry is None else self.entry[:, None].expand(-1, S)
+        return k[:, :, :S], v[:, :, :S], rows
 
     # ---- a running batch's cache (model/running.py): sentences join, and the columns move on ----
 
     def join(self, other: DecoderCache, slots: Tensor) -> None:
         """`other`'s sources (their encoder-decoder keys/values; nothing of their own written yet)
-        become this cache's last ones, their rows beginning at this column and writing into
-        `slots` (free slots of this cache's self-attention buffer, other.group rows a source)."""
+        become this cache's last ones, their rows at position 0 and writing into `slots` (free
+        slots of this cache's self-attention buffer, other.group rows a source)."""
         assert other.group == self.group and slots.numel() == other.slot.numel(), "a group of free slots per source"
+        assert other.entry is None, "joining sources come with their own keys/values"
         S = max(self.src_bias.size(-1), other.src_bias.size(-1))
-
-        def kv(x: Tensor) -> Tensor:  # (B, H, S', Dh) -> (B, H, S, Dh)
-            return F.pad(x, (0, 0, 0, S - x.size(-2))) if x.size(-2) < S else x
 
         def bias(x: Tensor) -> Tensor:  # (B, 1, 1, S') -> (B, 1, 1, S), -inf on the padding
             return F.pad(x, (0, S - x.size(-1)), value=float("-inf")) if x.size(-1) < S else x
 
-        self.cross_kv = [tuple(torch.cat([kv(a), kv(b)]) for a, b in zip(mine, theirs))
-                         for mine, theirs in zip(self.cross_kv, other.cross_kv)]  # per layer: 2 x (B, H, S, Dh)
+        entries = self._pool_entries(other.src_bias.size(0), other.cross_kv[0][0].size(2))
+        for (k, v), (their_k, their_v) in zip(self.cross_kv, other.cross_kv):  # into the pool, where they stay
+            k[entries, :, : their_k.size(2)] = their_k
+            v[entries, :, : their_v.size(2)] = their_v
+        self.entry = torch.cat([self.entry, entries])
         self.src_bias = torch.cat([bias(self.src_bias), bias(other.src_bias)])
-        start = torch.zeros(self.slot.numel(), dtype=torch.long, device=slots.device) if self.start is None else self.start
-        self.start = torch.cat([start, torch.full_like(slots, self.length)])
+        self.at_own_positions()
+        self.position = torch.cat([self.position, torch.zeros_like(slots)])
         self.slot = torch.cat([self.slot, slots])
-        # the new rows' earlier columns are not theirs (masked); any valid slot keeps them readable
+        # positions a row has not written are masked; any valid slot keeps them readable
         self.table = torch.cat([self.table, slots[:, None].expand(-1, self.capacity)])
+
+    def _pool_entries(self, n: int, S: int) -> Tensor:
+        """n free entries of the cross_kv pool, for sources of up to S positions: the pool is made
+        from the sources' own keys/values the first time, and grows (rarely: by half, or to a longer
+        source) when it has no room. An entry's positions past its source are never read (-inf
+        bias); zeros at first, so that what a query reads there is finite."""
+        if self.entry is None:
+            self.entry = torch.arange(self.src_bias.size(0), device=self.src_bias.device)
+        P, S_pool = self.cross_kv[0][0].size(0), self.cross_kv[0][0].size(2)
+        used = set(self.entry.tolist())
+        free = [e for e in range(P) if e not in used]
+        if len(free) < n or S_pool < S:
+            grown = max(P, len(used) + n, P + P // 2) if len(free) < n else P
+            self.cross_kv = [tuple(_grown(x, grown, max(S, S_pool)) for x in kv) for kv in self.cross_kv]
+            free += range(P, grown)
+        return torch.tensor(free[:n], dtype=torch.long, device=self.entry.device)
 
     def cut_sources(self, S: int) -> None:
         """Only the first S source positions are read (the longest source left is S long)."""
         if self.src_bias.size(-1) > S:
-            self.cross_kv = [(k[:, :, :S], v[:, :, :S]) for k, v in self.cross_kv]
+            if self.entry is None:  # a pool keeps its room for the sources to come
+                self.cross_kv = [(k[:, :, :S], v[:, :, :S]) for k, v in self.cross_kv]
             self.src_bias = self.src_bias[..., :S]
 
     def resize(self, slots: int, capacity: int) -> None:
@@ -287,24 +334,13 @@ class DecoderCache:
         if (slots, capacity) == tuple(old.shape[:2]):
             return
         assert slots >= old.size(0) and capacity >= self.length, "a buffer only grows"
-        # zeros, not garbage: a row reads the masked columns before its start too, and a NaN there
-        # would survive the -inf bias
+        # zeros, not garbage: the PyTorch step reads the masked positions past a row's own too,
+        # and a NaN there would survive the -inf bias
         self.self_kv = old.new_zeros(slots, capacity, *old.shape[2:])
         self.self_kv[: old.size(0), : self.length] = old[:, : self.length]
         table = self.table.new_zeros(self.table.size(0), capacity)
         table[:, : self.length] = self.table[:, : self.length]
         self.table = table
-
-    def drop_columns(self, m: int) -> None:
-        """Forget the first m columns, which no row reads any more (every row starts at m or later):
-        what follows moves to the front, so the buffer's columns serve the steps to come."""
-        assert self.start is None or bool((self.start >= m).all()), "a row still reads those columns"
-        kept = self.length - m
-        self.self_kv[:, :kept] = self.self_kv[:, m : self.length].clone()
-        self.table[:, :kept] = self.table[:, m : self.length].clone()
-        if self.start is not None:
-            self.start = self.start - m
-        self.length = kept
 
     def reorder(self, rows: Tensor, sources: Tensor | None = None) -> None:
         """Row r becomes old row rows[r] (beam back-pointers; a row stays within its source).
@@ -317,10 +353,20 @@ class DecoderCache:
             # every slot's unfilled positions are free, so the kept rows write into their
             # sources' own slots, whichever beam they now continue
             self.slot = self.slot.view(-1, self.group).index_select(0, sources).view(-1)
-            self.cross_kv = [(k.index_select(0, sources), v.index_select(0, sources)) for k, v in self.cross_kv]
+            if self.entry is None:
+                self.cross_kv = [(k.index_select(0, sources), v.index_select(0, sources)) for k, v in self.cross_kv]
+            else:  # the pool keeps them; the entries of sources gone are free
+                self.entry = self.entry.index_select(0, sources)
             self.src_bias = self.src_bias.index_select(0, sources)
-            if self.start is not None:
-                self.start = self.start.view(-1, self.group).index_select(0, sources).view(-1)
+        if self.position is not None:  # a source's rows are at one position: any row's holds for all
+            self.position = self.position.index_select(0, rows)
+
+
+def _grown(x: Tensor, entries: int, S: int) -> Tensor:
+    """x (P, H, S', Dh) in a zeroed (entries, H, S, Dh) tensor."""
+    out = x.new_zeros(entries, x.size(1), S, x.size(3))
+    out[: x.size(0), :, : x.size(2)] = x
+    return out
 
 
 class Transformer(nn.Module):
@@ -417,32 +463,34 @@ class Transformer(nn.Module):
     def decode_step(self, tokens: Tensor, cache: DecoderCache, need_weights: bool = False):
         """tokens: (N,) the newest token of each row. Returns logits (N, V) for the next token
         and, if asked, encoder-decoder attention (layers, N, H, S) of this step."""
-        t, g = cache.length, cache.group
-        if t >= cache.capacity:
-            raise ValueError(f"decoder cache is full ({cache.capacity} positions)")
-        if cache.start is None:
+        t, g, T = cache.length, cache.group, cache.step_positions()  # T: the positions read, this one's included
+        if cache.position is None:
+            at = t  # the position every row writes
             x = self.embed(self.tgt_embed, tokens[:, None], start=t)  # (N, 1, D)
+            cache.table[:, t] = cache.slot
         else:  # rows at their own positions (a running batch's)
-            x = (self.tgt_embed(tokens) * self.embed_scale + self.positions[cache.positions()])[:, None]
-        self_bias = cache.self_bias(x.dtype)  # (N, 1, 1, t + 1) or None
-        cache.table[:, t] = cache.slot
-        history = cache.table[:, : t + 1]  # (N, t + 1) the slot of each position
+            at = cache.position  # (N,)
+            x = (self.tgt_embed(tokens) * self.embed_scale + self.positions[at])[:, None]
+            cache.table[torch.arange(tokens.size(0), device=at.device), at] = cache.slot
+        self_bias = cache.self_bias(T, x.dtype)  # (N, 1, 1, T) or None
+        history = cache.table[:, :T]  # (N, T) the slot of each position
         all_weights = []
-        for i, (layer, (mem_k, mem_v)) in enumerate(zip(self.decoder_layers, cache.cross_kv)):
+        for i, layer in enumerate(self.decoder_layers):
             def self_attention(h, attn=layer.self_attn, kv=cache.layer(i)):
                 N, H, Dh = h.size(0), attn.n_heads, attn.d_head
                 qkv = attn.qkv_proj(h).view(N, 3, H, Dh)  # this position's query, key, value
-                kv[cache.slot, t] = qkv[:, 1:]  # one copy stores key and value: (N, 2, H, Dh)
+                kv[cache.slot, at] = qkv[:, 1:]  # one copy stores key and value: (N, 2, H, Dh)
                 q = qkv[:, 0, :, None]  # (N, H, 1, Dh)
-                k, v = kv[:, : t + 1].transpose(1, 3).unbind(2)  # 2 x (slots, H, t + 1, Dh)
+                k, v = kv[:, :T].transpose(1, 3).unbind(2)  # 2 x (slots, H, T, Dh)
                 return attn.attend(q, k, v, self_bias, rows=history)
 
-            def cross_attention(h, attn=layer.cross_attn, mem_k=mem_k, mem_v=mem_v):
-                return attn.attend_per_source(h, mem_k, mem_v, cache.src_bias, g, need_weights)
+            def cross_attention(h, attn=layer.cross_attn, kv=cache.cross_attention_kv(i)):
+                mem_k, mem_v, rows = kv  # 2 x (N / g, H, S, Dh) or pool entries and (N / g, S) rows
+                return attn.attend_per_source(h, mem_k, mem_v, cache.src_bias, g, need_weights, rows=rows)
 
             x, weights = layer(x, self_attention, cross_attention)
             all_weights.append(weights)
-        cache.length = t + 1
+        cache.advance(T)
         logits = (self.output_rows or self.output_proj)(self.decoder_norm(x[:, 0]))  # (N, V) or (N, V')
         return logits, (torch.stack(all_weights) if need_weights else None)
 

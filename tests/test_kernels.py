@@ -570,6 +570,50 @@ def test_shortlisted_steps_and_searches_agree_fused_and_pytorch():
         assert all(set(h.token_ids) <= set(columns.tolist()) for h in b)
 
 
+def test_fused_step_reads_rows_at_their_own_positions_as_the_pytorch_step():
+    """A running batch's cache (a sentence joining at a later step, each row at its own position,
+    the encoder-decoder keys/values in a pool): the fused step's logits and attention are the PyTorch step's,
+    and a running batch over either finds the same hypotheses, scores and attention."""
+    from model.running import EagerRunningBatch
+    from tests.test_running import ARRIVALS, decode_arriving
+
+    model, fused = int8_pair("pre", "relu", seed=6)
+    g = torch.Generator().manual_seed(7)
+    with torch.inference_mode():
+        caches = []
+        for m in (model, fused):
+            memory, mask = m.encode(torch.randint(4, 50, (2, 7), generator=g if not caches else g.manual_seed(7)))
+            cache = m.start_cache(memory, mask, group=2, capacity=1)
+            cache.at_own_positions()
+            cache.resize(8, 10)
+            caches.append(cache)
+        tokens = torch.tensor([1, 1, 1, 1])
+        for t in range(6):
+            if t == 2:  # a third source joins at step 2, its rows at position 0
+                for m, cache in zip((model, fused), caches):
+                    memory, mask = m.encode(torch.tensor([[5, 9, 11, 2]]))
+                    cache.join(m.start_cache(memory, mask, group=2, capacity=1), torch.tensor([4, 5]))
+                tokens = torch.cat([tokens, torch.tensor([1, 1])])
+            (expected, expected_w), (logits, weights) = (m.decode_step(tokens, c, True) for m, c in zip((model, fused), caches))
+            assert torch.equal(logits, expected) and torch.equal(weights, expected_w)
+            tokens = expected.argmax(-1)
+        assert caches[1].position.tolist() == [6, 6, 6, 6, 4, 4] and caches[1].length == 6
+        caches[1].position[0] = 10  # past the buffer
+        with pytest.raises(ValueError, match="full"):
+            fused.decode_step(tokens, caches[1])
+        with pytest.raises(RuntimeError, match="position 10 outside"):
+            fused.decoder_step.forward(tokens, 0, caches[1].self_kv, caches[1].slot, caches[1].table,
+                                       [t for kv in caches[1].cross_kv for t in kv], caches[1].src_bias.view(3, -1),
+                                       2, False, None, caches[1].position, caches[1].entry)
+
+    results = [decode_arriving(EagerRunningBatch(m, slots=4, beam_size=3, attention=True))[0] for m in (model, fused)]
+    for key, *_ in ARRIVALS:
+        expected, found = results[0][key], results[1][key]
+        assert [h.token_ids for h in found] == [h.token_ids for h in expected]
+        assert [h.score for h in found] == [h.score for h in expected]
+        assert all(torch.equal(a.attention, b.attention) for a, b in zip(found, expected))
+
+
 def test_only_int8_cpu_models_with_a_kernel_head_size_fuse():
     torch.manual_seed(0)
     options = dict(src_vocab_size=20, tgt_vocab_size=20, d_model=64, n_heads=4, d_ff=32, encoder_layers=1,

@@ -112,11 +112,18 @@ def test_attention_follows_each_hypothesis():
 def test_sentences_joining_and_leaving_an_eager_batch_get_what_they_get_alone(beam, engine, monkeypatch):
     model, select_fn = (tiny(eos_bias=0.0), select) if engine == "reference" else (kernel_model(), kernels.select)
     batch = EagerRunningBatch(model, slots=4, beam_size=beam, select_fn=select_fn)
-    dropped = []  # columns nobody reads any more, dropped as the buffer fills
-    drop_columns = DecoderCache.drop_columns
-    monkeypatch.setattr(DecoderCache, "drop_columns", lambda cache, m: (dropped.append(m), drop_columns(cache, m)))
+    positions = []  # the rows' positions at each step
+    step_positions = DecoderCache.step_positions
+
+    def recorded(cache):
+        positions.append(cache.position.tolist())
+        return step_positions(cache)
+
+    monkeypatch.setattr(DecoderCache, "step_positions", recorded)
     results, joined_late = decode_arriving(batch)
-    assert joined_late > 3 and sum(dropped) > 0
+    monkeypatch.undo()
+    assert joined_late > 3
+    assert any(0 in p and max(p) > 3 for p in positions)  # a joiner at position 0 beside rows further on
     for key, ids, cap in ARRIVALS:
         same(results[key], alone(model, ids, beam, cap, select_fn=select_fn))
     assert batch.cache is None and not batch.history  # all gone with the last sentence
@@ -144,6 +151,43 @@ def test_an_eager_batch_drops_what_nobody_waits_for():
         same(results[key], alone(model, ids, 2, cap))
     with pytest.raises(ValueError, match="free slots"):
         batch.admit([(i, sentence(i, 3), 5) for i in range(4)])
+
+
+def test_an_eager_batch_keeps_each_sources_keys_and_values_where_they_were_written():
+    """Sentences joining and leaving move no one else's encoder-decoder keys/values: they sit in
+    a pool, a joiner takes the entry of one that left, and the pool grows only when it is full."""
+    model = tiny(eos_bias=0.0)
+    batch = EagerRunningBatch(model, slots=3, beam_size=2)
+    items = [(i, sentence(i, 5 + 3 * i), 15) for i in range(4)]
+    batch.admit(items[:2])
+    batch.step()
+    assert batch.cache.entry is None  # the first sentences' own keys/values, not a pool yet
+    batch.admit(items[2:3])
+    pool, entry = batch.cache.cross_kv[0][0], batch.cache.entry
+    assert entry.tolist() == [0, 1, 2] and pool.size(0) == 3
+    batch.step()
+    batch.drop({0})
+    assert batch.cache.entry.tolist() == [1, 2]
+    batch.admit(items[3:])  # the longest source: the pool grows to its length, and no more entries
+    assert batch.cache.entry.tolist() == [1, 2, 0] and batch.cache.cross_kv[0][0].size(0) == 3
+    assert batch.cache.cross_kv[0][0].size(2) == len(items[3][1])
+    results = {}
+    while batch.running:
+        results.update(batch.step())
+    assert sorted(results) == [1, 2, 3]
+    for key, ids, cap in items[1:]:
+        same(results[key], alone(model, ids, 2, cap))
+    shorter = EagerRunningBatch(model, slots=3, beam_size=2)  # a joiner no longer than the pool: written in place
+    shorter.admit([items[3], items[2]])
+    shorter.step()
+    shorter.drop({3})
+    pool = shorter.cache.cross_kv[0][0]
+    shorter.admit([items[0], items[1]])
+    assert shorter.cache.cross_kv[0][0].data_ptr() != pool.data_ptr()  # three sources: the pool of two grew
+    pool = shorter.cache.cross_kv[0][0]
+    shorter.drop({0})
+    shorter.admit([(9, sentence(9, 4), 15)])
+    assert shorter.cache.cross_kv[0][0].data_ptr() == pool.data_ptr()
 
 
 def test_what_does_not_fit_is_refused():

@@ -79,15 +79,13 @@ class FusedInt8Decoder:
     def decode_step(self, tokens: Tensor, cache: DecoderCache, need_weights: bool = False):
         """tokens (N,) -> logits (N, V), or (N, V') when shortlisted, and, if asked,
         encoder-decoder attention (L, N, H, S)."""
-        if cache.length >= cache.capacity:
-            raise ValueError(f"decoder cache is full ({cache.capacity} positions)")
-        if cache.start is not None:
-            raise ValueError("the fused step has every row at one position: a running batch needs the model's own step")
+        T = cache.step_positions()
         cross_kv = [t for kv in cache.cross_kv for t in kv]
         logits, weights = self.decoder_step.forward(tokens, cache.length, cache.self_kv, cache.slot, cache.table,
                                                     cross_kv, cache.src_bias.view(cache.src_bias.size(0), -1),
-                                                    cache.group, need_weights, self.shortlist)
-        cache.length += 1
+                                                    cache.group, need_weights, self.shortlist, cache.position,
+                                                    cache.entry)
+        cache.advance(T)
         return logits, weights
 
 

@@ -18,6 +18,7 @@
 #include <ATen/Parallel.h>
 
 #include <cmath>
+#include <limits>
 
 namespace nmt {
 namespace {
@@ -68,6 +69,23 @@ class Stack {
     const float* position = positions_.data_ptr<float>() + start * D;
     for (int64_t i = 0; i < B * T; ++i)
       for (int64_t d = 0; d < D; ++d) out[i * D + d] = table[id[i] * D + d] * embed_scale_ + position[(i % T) * D + d];
+    return x;
+  }
+
+  // (N,) token ids at their own positions (N,) -> (N, D): embed's arithmetic, a row at a time
+  at::Tensor embed_at(const at::Tensor& ids, const int64_t* position_of) const {
+    const int64_t N = ids.size(0), V = embedding_.size(0), D = D_;
+    const int64_t* id = ids.data_ptr<int64_t>();
+    at::Tensor x = at::empty({N, D}, ids.options().dtype(at::kFloat));
+    float* out = x.data_ptr<float>();
+    const float* table = embedding_.data_ptr<float>();
+    for (int64_t r = 0; r < N; ++r) {
+      TORCH_CHECK(0 <= id[r] && id[r] < V, "token ", id[r], " outside the vocabulary of ", V);
+      TORCH_CHECK(0 <= position_of[r] && position_of[r] < positions_.size(0), "position ", position_of[r],
+                  " outside the model's ", positions_.size(0));
+      const float* position = positions_.data_ptr<float>() + position_of[r] * D;
+      for (int64_t d = 0; d < D; ++d) out[r * D + d] = table[id[r] * D + d] * embed_scale_ + position[d];
+    }
     return x;
   }
 
@@ -174,14 +192,20 @@ class DecoderStep : Stack {
 
   // tokens (N,) int64; self_kv (slots, capacity, L, 2, H, Dh) float32; slot (N,); table (N,
   // capacity) int64, contiguous; cross_kv: per layer its keys and values (N/g, H, S, Dh);
-  // src_bias (N/g, S) float32. Writes this step's keys and values into self_kv and table[:, t];
-  // returns logits (N, V) and, if asked, the encoder-decoder attention (L, N, H, S). With a
-  // shortlist (the output projection's rows of V' target ids: model/shortlist.py), logits (N, V')
-  // of those ids alone.
+  // src_bias (N/g, S) float32; position: none (every row writes position t and reads 0..t), or (N,)
+  // int64, the position each row writes (a running batch's: rows at their own positions, each
+  // reading its own 0..position; t is then ignored); entry: none (cross_kv (N/g, H, S, Dh)), or
+  // (N/g,) int64, the entry of a pool cross_kv (P, H, S' >= S, Dh) that each source reads (a
+  // running batch's). Writes this step's keys and values into self_kv and table; returns logits
+  // (N, V) and, if asked, the encoder-decoder attention (L, N, H, S).
+  // With a shortlist (the output projection's rows of V' target ids: model/shortlist.py), logits
+  // (N, V') of those ids alone.
   std::vector<at::Tensor> forward(const at::Tensor& tokens, int64_t t, at::Tensor self_kv, const at::Tensor& slot,
                                   at::Tensor table, const std::vector<at::Tensor>& cross_kv, const at::Tensor& src_bias,
                                   int64_t group, bool need_weights,
-                                  const c10::optional<LinearTensors>& shortlist_output) const {
+                                  const c10::optional<LinearTensors>& shortlist_output,
+                                  const c10::optional<at::Tensor>& position,
+                                  const c10::optional<at::Tensor>& entry) const {
     const int64_t N = tokens.size(0), D = D_, H = H_, Dh = D / H, L = static_cast<int64_t>(linears_.size() / 6);
     const int64_t capacity = self_kv.size(1);
     TORCH_CHECK(slot.scalar_type() == at::kLong && table.scalar_type() == at::kLong, "slot and table must be int64");
@@ -190,17 +214,35 @@ class DecoderStep : Stack {
                 "self_kv must be a contiguous float32 (slots, capacity, L, 2, H, Dh) cache");
     TORCH_CHECK(table.is_contiguous() && table.size(0) == N && table.size(1) == capacity && slot.numel() == N,
                 "table must be a contiguous (N, capacity) and slot an (N,) tensor");
-    TORCH_CHECK(0 <= t && t < capacity, "position ", t, " outside the cache's ", capacity);
     TORCH_CHECK(cross_kv.size() == static_cast<size_t>(2 * L), "cross_kv: keys and values of each layer");
     TORCH_CHECK(group >= 1 && N % group == 0 && src_bias.size(0) == N / group, "N rows must be N / group sources");
+    TORCH_CHECK(tokens.scalar_type() == at::kLong && tokens.dim() == 1, "tokens must be int64 (N,)");
     const int64_t* slots = slot.data_ptr<int64_t>();
     for (int64_t r = 0; r < N; ++r)
       TORCH_CHECK(0 <= slots[r] && slots[r] < self_kv.size(0), "slot ", slots[r], " outside the cache");
 
-    at::Tensor x = embed(tokens.view({N, 1}), t);  // (N, D)
+    std::vector<int64_t> write_at(N, t);  // the position each row writes
+    if (position.has_value()) {
+      TORCH_CHECK(position->scalar_type() == at::kLong && position->is_contiguous() && position->numel() == N,
+                  "position must be a contiguous int64 (N,) tensor");
+      std::copy(position->data_ptr<int64_t>(), position->data_ptr<int64_t>() + N, write_at.begin());
+    }
+    int64_t T = 0;  // positions read: 0 .. the furthest row's
+    for (int64_t r = 0; r < N; ++r) {
+      TORCH_CHECK(0 <= write_at[r] && write_at[r] < capacity, "position ", write_at[r], " outside the cache's ", capacity);
+      T = std::max(T, write_at[r] + 1);
+    }
+    at::Tensor x = position.has_value() ? embed_at(tokens.contiguous(), write_at.data()) : embed(tokens.view({N, 1}), t);
+    at::Tensor self_bias;  // (N, T): -inf past each row's own position, or none (all rows at t)
+    if (position.has_value()) {
+      self_bias = at::zeros({N, T}, at::kFloat);
+      float* bias_of = self_bias.data_ptr<float>();
+      for (int64_t r = 0; r < N; ++r)
+        std::fill(bias_of + r * T + write_at[r] + 1, bias_of + (r + 1) * T, -std::numeric_limits<float>::infinity());
+    }
     int64_t* tab = table.data_ptr<int64_t>();
-    for (int64_t r = 0; r < N; ++r) tab[r * capacity + t] = slots[r];
-    const at::Tensor history = table.narrow(1, 0, t + 1).contiguous();  // (N, t + 1): the slot of each position
+    for (int64_t r = 0; r < N; ++r) tab[r * capacity + write_at[r]] = slots[r];
+    const at::Tensor history = table.narrow(1, 0, T).contiguous();  // (N, T): the slot of each position
 
     const auto f32 = x.options();
     at::Tensor qkv = at::empty({N, 3 * D}, f32), cross_q = at::empty({N, D}, f32);
@@ -208,6 +250,15 @@ class DecoderStep : Stack {
     float* kv = self_kv.data_ptr<float>();
     const int64_t position_stride = L * 2 * D, slot_stride = capacity * position_stride, B = N / group;
     const at::Tensor bias = src_bias.reshape({B, -1}).to(at::kFloat).contiguous();
+    const int64_t S = bias.size(1);
+    c10::optional<at::Tensor> source_rows;  // (B, S): the pool entry of each source's every key
+    if (entry.has_value()) {
+      TORCH_CHECK(entry->scalar_type() == at::kLong && entry->numel() == B, "entry must be int64 (N / group,)");
+      source_rows = entry->view({B, 1}).expand({B, S}).contiguous();
+    }
+    for (const at::Tensor& kv : cross_kv)
+      TORCH_CHECK(kv.dim() == 4 && kv.size(2) >= S && (entry.has_value() || kv.size(0) == B),
+                  "cross_kv must be (N / group, H, S, Dh), or a pool with an entry per source");
 
     for (int64_t l = 0; l < L; ++l) {
       const Linear* linear = &linears_[6 * l];  // qkv, self out, cross q, cross out, w1, w2
@@ -215,19 +266,21 @@ class DecoderStep : Stack {
         product(in, linear[0], qkv.data_ptr<float>(), false);
         const float* qkvp = qkv.data_ptr<float>();
         for (int64_t r = 0; r < N; ++r) {  // this position's key and value into the row's slot
-          float* dst = kv + slots[r] * slot_stride + t * position_stride + l * 2 * D;
+          float* dst = kv + slots[r] * slot_stride + write_at[r] * position_stride + l * 2 * D;
           std::copy(qkvp + r * 3 * D + D, qkvp + r * 3 * D + 3 * D, dst);
         }
         const at::Tensor q = qkv.as_strided({N, H, 1, Dh}, {3 * D, Dh, Dh, 1});
-        const at::Tensor layer_kv = self_kv.select(2, l).narrow(1, 0, t + 1);  // (slots, t + 1, 2, H, Dh)
+        const at::Tensor layer_kv = self_kv.select(2, l).narrow(1, 0, T);  // (slots, T, 2, H, Dh)
         const at::Tensor k = layer_kv.select(2, 0).transpose(1, 2), v = layer_kv.select(2, 1).transpose(1, 2);
-        const at::Tensor out = attention(q, k, v, c10::nullopt, false, history)[0];  // (N, H, 1, Dh)
+        const at::Tensor out = attention(q, k, v, self_bias.defined() ? c10::optional<at::Tensor>(self_bias) : c10::nullopt,
+                                         false, history)[0];  // (N, H, 1, Dh)
         product(out.view({N, D}), linear[1], x.data_ptr<float>(), true);
       });
       sublayer(x, norms_[3 * l + 1], [&](const at::Tensor& in) {  // the g rows of a source as g queries
         product(in, linear[2], cross_q.data_ptr<float>(), false);
         const at::Tensor q = cross_q.view({B, group, H, Dh}).transpose(1, 2);  // (B, H, g, Dh)
-        auto result = attention(q, cross_kv[2 * l], cross_kv[2 * l + 1], bias, need_weights, c10::nullopt);
+        auto result = attention(q, cross_kv[2 * l].narrow(2, 0, S), cross_kv[2 * l + 1].narrow(2, 0, S), bias,
+                                need_weights, source_rows);
         const at::Tensor out = result[0].transpose(1, 2).contiguous();  // (B, g, H, Dh)
         if (need_weights) all_weights.push_back(result[1].transpose(1, 2).reshape({N, H, -1}));  // (N, H, S)
         product(out.view({N, D}), linear[3], x.data_ptr<float>(), true);
@@ -270,7 +323,7 @@ void define_fused(py::module& module) {
            py::arg("embedding"), py::arg("positions"), py::arg("norms"), py::arg("linears"))
       .def("forward", &DecoderStep::forward, py::arg("tokens"), py::arg("t"), py::arg("self_kv"), py::arg("slot"),
            py::arg("table"), py::arg("cross_kv"), py::arg("src_bias"), py::arg("group"), py::arg("need_weights"),
-           py::arg("shortlist_output") = py::none(),
+           py::arg("shortlist_output") = py::none(), py::arg("position") = py::none(), py::arg("entry") = py::none(),
            py::call_guard<py::gil_scoped_release>());
 }
 

@@ -227,6 +227,7 @@ class EagerRunningBatch:
         self.shortlist, self.select_fn = shortlist, select_fn
         c = self.config = decoder.config
         self.columns: Tensor | None = None  # the target ids of the logits' columns (with a shortlist)
+        self.chosen: Tensor | None = None  # (V,) bool: those ids as a mask
         self.left = 0  # sentences gone since the columns were computed anew
         self.banned, self.eos_col = (c.pad_id,), c.eos_id
         self.cache: DecoderCache | None = None
@@ -314,14 +315,14 @@ class EagerRunningBatch:
             self.free_slots += range(slots, grown)
 
     def _shortlist(self, joining: list[list[int]]) -> None:
-        """The logits' columns: the target pieces any running sentence may write. Joining sentences
-        add theirs; the set is computed anew (dropping the pieces of sentences gone) once half the
-        sentences it was computed for have left."""
+        """The logits' columns: the target pieces any running sentence may write (a mask over the
+        target vocabulary). Joining sentences add theirs; the set is computed anew (dropping the
+        pieces of sentences gone) once half the sentences it was computed for have left."""
         c = self.config
         if self.columns is None or self.left >= max(4, len(self.key) // 2):
-            columns, self.left = self.shortlist.columns(self.ids, always=[c.eos_id]), 0
-        else:
-            columns = torch.cat([self.columns, self.shortlist.columns(joining, always=[c.eos_id])]).unique()
+            self.chosen, self.left, joining = torch.zeros(c.tgt_vocab_size, dtype=torch.bool), 0, self.ids
+        self.shortlist.mark(joining, self.chosen, always=[c.eos_id])
+        columns = self.chosen.nonzero()[:, 0]
         if self.columns is not None and torch.equal(columns, self.columns):
             return
         self.columns, self.view = columns, self.decoder.shortlisted(columns)

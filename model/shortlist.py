@@ -48,10 +48,21 @@ class Shortlist:
 
     def columns(self, sources: list[list[int]], always: Iterable[int] = ()) -> Tensor:
         """The sorted target ids a batch of sources may write: (V',) int64."""
+        always = list(always)
+        largest = max([int(t.max()) for t in (self.candidates, self.frequent) if t.numel()] + always
+                      + [max(s, default=-1) for s in sources])
+        chosen = torch.zeros(largest + 1, dtype=torch.bool)
+        self.mark(sources, chosen, always)
+        return chosen.nonzero()[:, 0]
+
+    def mark(self, sources: list[list[int]], chosen: Tensor, always: Iterable[int] = ()) -> None:
+        """Set chosen[id] (a bool mask over the target vocabulary) for every id `columns` gives
+        these sources: a running batch adds its joiners' to those of the sentences running."""
         ids = torch.tensor(sorted({i for s in sources for i in s}), dtype=torch.long)
         ids = ids[ids < self.candidates.size(0)]
-        parts = [self.frequent, self.candidates[ids].flatten(), torch.tensor(list(always), dtype=torch.long)]
+        candidates = self.candidates[ids].flatten()
+        chosen[self.frequent] = True
+        chosen[candidates[candidates >= 0]] = True
+        chosen[torch.tensor(list(always), dtype=torch.long)] = True
         if self.copy_source:
-            parts.append(ids)
-        chosen = torch.cat(parts).unique()  # sorted
-        return chosen[chosen >= 0]
+            chosen[ids[ids < chosen.numel()]] = True

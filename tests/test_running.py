@@ -190,6 +190,40 @@ def test_an_eager_batch_keeps_each_sources_keys_and_values_where_they_were_writt
     assert shorter.cache.cross_kv[0][0].data_ptr() == pool.data_ptr()
 
 
+def test_an_eager_batch_decodes_over_the_shortlist_of_the_sentences_running():
+    """With a vocabulary shortlist the logits' columns always cover every running sentence's
+    pieces (joiners add theirs, the set is computed anew as sentences leave), hypotheses write only
+    those; a shortlist of every id decodes as the whole vocabulary."""
+    from model.shortlist import Shortlist
+
+    model = tiny(eos_bias=0.0)
+    g = torch.Generator().manual_seed(4)
+    candidates = torch.randint(3, 40, (40, 3), generator=g)  # 3 target ids per source id
+    candidates[::5, 2] = -1  # fewer for some
+    shortlist = Shortlist(candidates, torch.tensor([3, 4, 5]), copy_source=False)
+    sizes, written = [], set()
+
+    class Checked(EagerRunningBatch):
+        def step(self):
+            if self.key:
+                assert set(shortlist.columns(self.ids, [EOS]).tolist()) <= set(self.columns.tolist())
+                sizes.append(self.columns.numel())
+            return super().step()
+
+    results, _ = decode_arriving(Checked(model, slots=4, beam_size=2, shortlist=shortlist))
+    for hypotheses in results.values():
+        for h in hypotheses:
+            written |= set(h.token_ids)
+    ever = set(shortlist.columns([ids for _, ids, _ in ARRIVALS], [EOS]).tolist())
+    assert written <= ever and len(ever) < 40
+    assert any(b < a for a, b in zip(sizes, sizes[1:]))  # computed anew after sentences left
+
+    every = Shortlist(torch.arange(40).expand(40, 40), torch.tensor([0, 1, 2]), copy_source=False)
+    results, _ = decode_arriving(EagerRunningBatch(model, slots=4, beam_size=2, shortlist=every))
+    for key, ids, cap in ARRIVALS:
+        same(results[key], alone(model, ids, 2, cap))
+
+
 def test_what_does_not_fit_is_refused():
     batch = RunningBatch(GraphedBeamSearch(tiny(), capture=False), slots=2, beam_size=2, source_len=32, capacity=32)
     with pytest.raises(ValueError, match="free slots"):

@@ -136,10 +136,13 @@ class Int8Linear(nn.Module):
         layout: a smaller Linear of the same weights (model/shortlist.py)."""
         if self._rows is None:
             self._rows = unpack_int8(self.q, self.out_features, self.q.size(1) * 4)  # (N, Kp)
-        padded = torch.zeros(-(-len(index) // 16) * 16, self._rows.size(1), dtype=torch.int8)  # (V' padded, Kp)
-        padded[: len(index)] = self._rows.index_select(0, index)
+        # the kernels' layout moves groups of 4 int8 weights: as int32, the transpose copies 4x fewer elements
+        rows = self._rows.view(torch.int32)  # (N, Kp / 4)
+        padded = torch.zeros(-(-len(index) // 16) * 16, rows.size(1), dtype=torch.int32)  # (V' padded, Kp / 4)
+        padded[: len(index)] = rows.index_select(0, index)
+        blocks, groups = padded.size(0) // 16, padded.size(1)
         view = copy.copy(self)
-        view.q = padded.view(padded.size(0) // 16, 16, padded.size(1) // 4, 4).transpose(1, 2).contiguous()
+        view.q = padded.view(blocks, 16, groups).transpose(1, 2).contiguous().view(torch.int8).view(blocks, groups, 16, 4)
         view.scale, view.qsum = self.scale.index_select(0, index), self.qsum.index_select(0, index)
         view.bias = None if self.bias is None else self.bias.index_select(0, index)
         view.out_features, view._q, view._rows = len(index), None, None

@@ -13,13 +13,17 @@ when the hypotheses come back. Where the engine lives is the operator's choice (
 Over the socket the HTTP process sends ("submit", number, key, sources, weights) and ("cancel",
 number); the engine answers ("done", number, results, started, finished) or ("failed", number,
 error class, message), and sends ("status", EngineStatus) when it connects and whenever its status
-changes. Times are time.monotonic(), one clock for every process of the machine.
+changes. The engine process also holds the language detector (app/language.py), one copy for
+every HTTP process: ("detect", number, texts) is answered ("detected", number, each text's
+languages) or ("failed", number, ...). Times are time.monotonic(), one clock for every process of
+the machine.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import glob
 import itertools
@@ -30,6 +34,7 @@ import signal
 import struct
 from dataclasses import dataclass, fields
 
+from app.language import DetectionUnavailable, LanguageDetector
 from app.metrics import Metrics
 from app.scheduler import BatchKey, Job, QueueFull, Scheduler, ShuttingDown
 from app.settings import Settings
@@ -165,10 +170,12 @@ async def _read_frame(reader: asyncio.StreamReader):
 class _Client:
     """One HTTP process, as the engine process sees it: its jobs in flight, by its numbers."""
 
-    def __init__(self, engine: Engine, writer: asyncio.StreamWriter):
-        self.engine, self.writer = engine, writer
+    def __init__(self, engine: Engine, writer: asyncio.StreamWriter, detector: asyncio.Future | None = None):
+        """detector: the language detector, loading (a future), or None: detection is off."""
+        self.engine, self.writer, self.detector = engine, writer, detector
         self.jobs: dict[int, Job] = {}
         self.status: EngineStatus | None = None  # the last status sent
+        self.detections: set[asyncio.Task] = set()
 
     def send(self, message) -> None:
         if not self.writer.is_closing():
@@ -184,6 +191,11 @@ class _Client:
             job = self.jobs.pop(message[1], None)
             if job is not None:
                 self.engine.cancel(job)
+            return
+        if message[0] == "detect":
+            task = asyncio.create_task(self.detect(*message[1:]))
+            self.detections.add(task)
+            task.add_done_callback(self.detections.discard)
             return
         _, number, key, sources, weights = message
         try:
@@ -204,11 +216,26 @@ class _Client:
             kind = type(error).__name__ if type(error).__name__ in ERRORS else WorkerError.__name__
             self.send(("failed", number, kind, str(error)))
 
+    async def detect(self, number: int, texts: list[str]) -> None:
+        """Each text's languages, all candidates (the HTTP process keeps as many as it needs), off
+        the event loop: lingua holds the GIL ~2 ms a short text."""
+        try:
+            if self.detector is None:
+                raise WorkerError("language detection is off in the engine process")
+            detector = await self.detector  # (still loading, at start)
+            found = await asyncio.to_thread(detector.detect_all, texts, None)
+        except Exception as e:  # told to the HTTP process, which answers 503
+            self.send(("failed", number, WorkerError.__name__, f"language detection failed: {type(e).__name__}: {e}"))
+            return
+        self.send(("detected", number, found))
+
     def gone(self) -> None:
         """Its HTTP process went away: nobody waits for its jobs."""
         jobs, self.jobs = list(self.jobs.values()), {}
         for job in jobs:
             self.engine.cancel(job)
+        for task in list(self.detections):
+            task.cancel()
 
 
 async def run_engine(settings: Settings, socket_path: str, parent) -> None:
@@ -220,9 +247,13 @@ async def run_engine(settings: Settings, socket_path: str, parent) -> None:
     metrics = Metrics()
     engine = Engine(settings, {model_id: str(m.directory) for model_id, m in registry.models.items()}, metrics)
     clients: dict[_Client, asyncio.Task] = {}
+    detector = None  # the HTTP processes' one language detector, loading while the workers start
+    if settings.detect_languages != ["none"]:
+        detector = asyncio.ensure_future(asyncio.to_thread(
+            LanguageDetector, settings.detect_languages, settings.detect_low_accuracy, settings.detect_preload))
 
     async def serve_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        client = _Client(engine, writer)
+        client = _Client(engine, writer, detector)
         clients[client] = asyncio.current_task()
         client.send_status(engine.status())
         try:
@@ -248,6 +279,8 @@ async def run_engine(settings: Settings, socket_path: str, parent) -> None:
              len(engine.pool.workers), engine.device_kind, engine.threads, settings.dtype, socket_path)
     while not stopping.is_set():
         status = engine.status()
+        if detector is not None and not detector.done():  # ready once /detect and 'auto' would answer at once
+            status = dataclasses.replace(status, ready=False, reason="loading the language detector")
         for client in list(clients):
             client.send_status(status)
         metrics.update_engine_gauges()
@@ -290,6 +323,7 @@ class RemoteEngine:
         self._parent = os.getppid()
         self._writer: asyncio.StreamWriter | None = None
         self._jobs: dict[int, Job] = {}  # in flight, by number
+        self._detections: dict[int, asyncio.Future] = {}  # language detections asked, by number
         self._numbers = itertools.count()
         self._status = EngineStatus(False, "the engine process is not connected yet", "cpu", "", ())
         self._connected = asyncio.Event()  # set by the engine's first status on a connection
@@ -352,12 +386,25 @@ class RemoteEngine:
         jobs, self._jobs = list(self._jobs.values()), {}
         for job in jobs:
             job.fail(WorkerError(f"{why} before this job was answered"))
+        detections, self._detections = list(self._detections.values()), {}
+        for future in detections:
+            if not future.done():
+                future.set_exception(DetectionUnavailable(f"{why} before it detected the language"))
 
     def _take(self, message) -> None:
         kind = message[0]
         if kind == "status":
             self._status = message[1]
             self._connected.set()
+            return
+        detection = self._detections.pop(message[1], None)
+        if detection is not None:
+            if detection.done():  # given up here meanwhile
+                return
+            if kind == "detected":
+                detection.set_result(message[2])
+            else:
+                detection.set_exception(DetectionUnavailable(message[3]))
             return
         job = self._jobs.pop(message[1], None)
         if job is None:  # cancelled here meanwhile
@@ -376,6 +423,19 @@ class RemoteEngine:
         self._jobs[job.number] = job
         self._writer.write(_frame(("submit", job.number, key, sources, weights)))
         return job
+
+    async def detect(self, texts: list[str]) -> list[list[tuple[str, float]]]:
+        """The engine process's language detector on `texts` (app/language.py: RemoteDetector):
+        each text's languages, best first, all of them."""
+        if self._writer is None or not self._connected.is_set():
+            raise DetectionUnavailable(self._status.reason or "the engine process is not connected")
+        number = next(self._numbers)
+        found = self._detections[number] = asyncio.get_running_loop().create_future()
+        self._writer.write(_frame(("detect", number, texts)))
+        try:
+            return await found
+        finally:
+            self._detections.pop(number, None)
 
     def cancel(self, job: _RemoteJob) -> None:
         job.future.cancel()

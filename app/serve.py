@@ -63,8 +63,8 @@ def _serve_processes(settings: Settings, options: dict) -> None:
         engine = EngineProcess(Settings())  # the environment's settings, as the HTTP processes read them
         engine.start()
         try:
-            # each HTTP process loads the language detector (~20 s on 2 cores with NMT_DETECT_PRELOAD, its
-            # Rust code holding the GIL, so that the process does not answer uvicorn's health pings meanwhile)
+            # the engine process loads the language detector (~20 s on 2 cores with NMT_DETECT_PRELOAD,
+            # its Rust code holding the GIL) while its workers start; the HTTP processes ask it
             uvicorn.run("app.main:create_app", factory=True, workers=settings.http_processes,
                         timeout_worker_healthcheck=HEALTHCHECK_TIMEOUT_S, **options)
         finally:

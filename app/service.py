@@ -34,7 +34,7 @@ from app.engine import Engine, RemoteEngine, WorkerState
 from app.errors import ApiError
 from app.glossaries import inline_terminology, kept_by_second_leg, open_glossaries, owner_of
 from app.keys import configured_key, open_keys
-from app.language import LanguageDetector
+from app.language import DetectionUnavailable, LanguageDetector, RemoteDetector
 from app.limits import RateLimiter
 from app.metrics import Metrics
 from app.registry import Registry, ServedModel, language_name
@@ -149,9 +149,14 @@ class Service:
 
     async def start(self) -> None:
         s = self.settings
-        detector = None if s.detect_languages == ["none"] else LanguageDetector(s.detect_languages,
-                                                                                 s.detect_low_accuracy,
-                                                                                 s.detect_preload)
+        remote = RemoteEngine(s.engine_socket) if s.engine_socket else None  # several HTTP processes
+        if s.detect_languages == ["none"]:
+            detector = None
+        elif remote:  # the engine process's one detector, instead of one per HTTP process
+            detector = RemoteDetector(remote.detect, asyncio.get_running_loop(), s.request_timeout_s)
+        else:
+            detector = await asyncio.to_thread(LanguageDetector, s.detect_languages, s.detect_low_accuracy,
+                                               s.detect_preload)
         self.registry = await asyncio.to_thread(Registry.load, s.model_dirs, detector, s.model_cache)
         if s.cache:
             self.cache = TranslationCache(self.storage, s.cache_ttl_s,
@@ -161,8 +166,8 @@ class Service:
         m.alignments.set_function(lambda: local.count("alignment") if local else 0)
         m.alignment_bytes.set_function(lambda: local.bytes.get("alignment", 0) if local else 0)
         m.file_bytes.set_function(lambda: local.bytes.get("file", 0) if local else 0)
-        if s.engine_socket:  # `nmt serve` with several HTTP processes: the engine is a process of its own
-            self.engine = RemoteEngine(s.engine_socket)
+        if remote:  # `nmt serve` with several HTTP processes: the engine is a process of its own
+            self.engine = remote
         else:
             self.engine = Engine(s, {model_id: str(model.directory) for model_id, model in self.registry.models.items()},
                                  m)
@@ -264,6 +269,8 @@ class Service:
             return self.registry.resolve(source, target, text)
         except ValueError as e:
             raise ApiError(400, str(e)) from None
+        except DetectionUnavailable as e:
+            raise ApiError(503, f"{e}; retry") from None
 
     async def detect(self, texts: list[str], field: str, char_limit: int | None = None) -> list[list[tuple[str, float]]]:
         """Each text's likeliest languages (served or not) with confidences, best first ([] for a text
@@ -273,7 +280,10 @@ class Service:
             raise ApiError(400, "language detection is off on this server (NMT_DETECT_LANGUAGES=none)")
         texts = self.accept_texts(texts, field, char_limit=char_limit)
         # up to max_items x max_chars, ~1 ms a short text: off the event loop, so batching keeps its timing
-        return await asyncio.to_thread(lambda: [detector.detect(text) for text in texts])
+        try:
+            return await asyncio.to_thread(detector.detect_all, texts)
+        except DetectionUnavailable as e:
+            raise ApiError(503, f"{e}; retry") from None
 
     async def resolve_each(self, source: str, target: str, texts: list[str], field: str,
                            ) -> list[tuple[ServedModel, float | None]]:
@@ -289,6 +299,8 @@ class Service:
                     out.append(self.registry.resolve(source, target, text))
                 except ValueError as e:
                     raise ApiError(400, f"{item_name(field, i, len(texts))}: {e}") from None
+                except DetectionUnavailable as e:
+                    raise ApiError(503, f"{e}; retry") from None
             return out
 
         return await asyncio.to_thread(each)
@@ -483,7 +495,7 @@ class Service:
                 markup.split_document(t, is_html, spans=False, max_depth=depth).text
                 for t, is_html in zip(texts[:20], html)))
         for leg in self.legs(source, target, {"a stored glossary (glossary_id)": bool(glossary_id)}):
-            model, _ = self.resolve(leg.source, leg.target, sample)
+            model, _ = await asyncio.to_thread(self.resolve, leg.source, leg.target, sample)  # (detection blocks)
             leg_glossary, keep = self.leg_terms(leg, glossary, do_not_translate)
             terms = await self.terminology(leg_glossary, glossary_id if leg.first else None, keep, key, model)
             texts = await self._translate_file_leg(request, model, texts, html, terms, filename, started,

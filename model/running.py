@@ -21,8 +21,9 @@ Each sentence's hypotheses are those `beam_search` gives it alone (tests/test_ru
 Two kinds, one use: `RunningBatch` over the GPU's fixed-shape step (every slot computed, which a
 CUDA graph replays at the cost of one launch), and `EagerRunningBatch` over the CPU engine's own
 decoder step (only the running sentences' rows: the fused int8 step or the model's, the C++
-attention and search step, the vocabulary shortlist), whose rows sit at their own positions in a shared cache
-(transformer.DecoderCache.position). `RunningBatches` keeps one per decoding shape for a worker.
+attention and search step, the vocabulary shortlist), whose rows sit at their own positions in
+a shared cache (transformer.DecoderCache.position). `RunningBatches` keeps one per decoding
+shape for a worker.
 """
 
 from __future__ import annotations
@@ -205,10 +206,10 @@ class RunningBatch:
 
 class EagerRunningBatch:
     """A running batch over the CPU engine's own decoder step (the fused int8 step or the model's,
-    the C++ attention and search step, and the vocabulary shortlist), where RunningBatch above runs the GPU's
-    fixed-shape step. Its rows are the running sentences' beams only, so a step costs what
-    these sentences cost: sentences join at a step boundary (encoded on admission, their
-    encoder-decoder keys/values appended to the cache) and leave when done, as in beam_search,
+    the C++ attention and search step, and the vocabulary shortlist), where RunningBatch above
+    runs the GPU's fixed-shape step. Its rows are the running sentences' beams only, so a step
+    costs what these sentences cost: sentences join at a step boundary (encoded on admission,
+    their encoder-decoder keys/values put into the cache) and leave when done, as in beam_search,
     whose hypotheses each gets (tests/test_running.py). Rows sit at their own positions: a
     sentence that joins writes its positions from 0 in its rows' slots of the self-attention
     buffer, and each row reads its own positions only (transformer.DecoderCache: `position`);

@@ -279,7 +279,7 @@ class DecoderCache:
         rows = None if self.entry is None else self.entry[:, None].expand(-1, S)
         return k[:, :, :S], v[:, :, :S], rows
 
-    # ---- a running batch's cache (model/running.py): sentences join, and the columns move on ----
+    # ---- a running batch's cache (model/running.py): sentences join and leave ----
 
     def join(self, other: DecoderCache, slots: Tensor) -> None:
         """`other`'s sources (their encoder-decoder keys/values; nothing of their own written yet)

@@ -1,7 +1,8 @@
 """`nmt serve` with NMT_HTTP_PROCESSES=2: two real HTTP processes in front of one engine process
 (app/engine.py, app/serve.py), sharing a real redis-server. They translate as one process does,
 one's alignments are the other's, /metrics sums every process, a queue-full engine answers 429
-through them, a request given up there is dropped by the engine, the engine killed is started
+through them, the engine process's one language detector answers for both, a request given up
+there is dropped by the engine, the engine killed is started
 again (its workers do not outlive it) while /health keeps answering, SIGTERM finishes the
 request in flight before the engine stops, and `nmt serve` killed outright leaves nothing behind."""
 
@@ -75,7 +76,7 @@ def alive(pid: int) -> bool:
 
 @pytest.fixture(scope="module")
 def server(redis):
-    url, process = start(SHIPPED, redis.url)
+    url, process = start(SHIPPED, redis.url, NMT_DETECT_LANGUAGES="en,de,fr")
     yield url, process
     stop(process)
 
@@ -118,6 +119,29 @@ def test_one_processs_alignments_are_the_others(server):
         assert fetched.status_code == 200 and fetched.json()["model"] == "en-de", fetched.text
 
 
+def test_one_language_detector_in_the_engine_process_answers_for_every_http_process(server):
+    """/detect and source 'auto' through either HTTP process, neither of which loads the detector
+    (~1.2 GB with every language): the engine process holds the one copy."""
+    url, process = server
+    engine = next(p for p in children(process.pid) if children(p))
+    http_processes = [p for p in children(process.pid) if not children(p)]
+    texts = ["Das ist ein schönes Haus, und wir wohnen sehr gern darin.", "C'est une belle maison et nous y habitons.",
+             "This is a nice house and we like living in it.", "1234 ..."]
+    for _ in range(6):  # new connections: both processes answer some
+        found = httpx.post(f"{url}/detect", json={"q": texts}, timeout=30)
+        assert found.status_code == 200, found.text
+        assert [answer[0]["language"] if answer else None for answer in found.json()] == ["de", "fr", "en", None]
+        auto = httpx.post(f"{url}/translate", json={"q": texts[2], "source": "auto", "target": "de"}, timeout=30)
+        assert auto.status_code == 200 and auto.json()["detectedLanguage"]["language"] == "en", auto.text
+        french = httpx.post(f"{url}/translate", json={"q": texts[1], "source": "auto", "target": "de"}, timeout=30)
+        assert french.status_code == 400 and "French" in french.text, french.text
+
+    def maps_lingua(pid: int) -> bool:
+        return "lingua" in Path(f"/proc/{pid}/maps").read_text()
+
+    assert maps_lingua(engine) and not any(maps_lingua(p) for p in http_processes)
+
+
 def test_ready_and_metrics_speak_for_every_process(server):
     url, _ = server
     ready = httpx.get(f"{url}/ready").json()
@@ -151,7 +175,7 @@ def test_a_killed_engine_is_started_again_and_its_workers_go_with_it(server):
         assert answer.status_code in (200, 503), answer.text
         if ready.status_code == 503:
             refused = True
-            assert "engine" in ready.json()["reason"] or "worker" in ready.json()["reason"], ready.json()
+            assert any(word in ready.json()["reason"] for word in ("engine", "worker", "detector")), ready.json()
         elif refused and answer.status_code == 200:
             break
         assert time.monotonic() < deadline, "the engine did not come back within 60 s"

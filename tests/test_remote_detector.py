@@ -1,0 +1,58 @@
+"""app/language.py RemoteDetector: an HTTP process's view of the engine process's language
+detector (the real pair runs in tests/test_app_http_processes.py). It blocks, so it must be called
+from a thread: on the event loop it would wait for itself; an engine that does not answer is a
+DetectionUnavailable (a 503), not a hung request."""
+
+import asyncio
+
+import pytest
+
+from app.language import DetectionUnavailable, RemoteDetector
+
+FOUND = [("de", 90.0), ("en", 6.0), ("nl", 3.0), ("fr", 1.0)]
+
+
+def run(ask, call, timeout_s=5.0):
+    """call(detector) in a thread while the event loop that `ask` runs on is running."""
+    async def main():
+        detector = RemoteDetector(ask, asyncio.get_running_loop(), timeout_s)
+        return await asyncio.to_thread(call, detector)
+    return asyncio.run(main())
+
+
+def test_answers_come_from_the_engine_trimmed_to_the_candidates_asked():
+    asked = []
+
+    async def ask(texts):
+        asked.append(texts)
+        return [list(FOUND) if any(c.isalpha() for c in t) else [] for t in texts]
+
+    assert run(ask, lambda d: d.detect_all(["Haus", "12"])) == [FOUND[:3], []]
+    assert run(ask, lambda d: d.detect("Haus", candidates=None)) == FOUND
+    assert run(ask, lambda d: d.choose("Haus", ["en", "de"])) == ("de", 90.0, FOUND[:3])
+    assert run(ask, lambda d: d.detect_all(["12", "..."])) == [[], []]  # nothing to ask
+    assert asked == [["Haus", "12"], ["Haus"], ["Haus"]]
+
+
+def test_on_the_event_loop_it_refuses_instead_of_waiting_for_itself():
+    async def ask(texts):
+        return [list(FOUND) for _ in texts]
+
+    async def main():
+        return RemoteDetector(ask, asyncio.get_running_loop(), 5.0).detect("Haus")
+
+    with pytest.raises(RuntimeError, match="from a thread"):
+        asyncio.run(main())
+
+
+def test_an_engine_that_does_not_answer_is_unavailable_not_a_hang():
+    async def silent(texts):
+        await asyncio.sleep(60)
+
+    async def gone(texts):
+        raise DetectionUnavailable("the engine process went away before it detected the language")
+
+    with pytest.raises(DetectionUnavailable, match="within 0.2 s"):
+        run(silent, lambda d: d.detect("Haus"), timeout_s=0.2)
+    with pytest.raises(DetectionUnavailable, match="went away"):
+        run(gone, lambda d: d.detect("Haus"))

@@ -278,9 +278,7 @@ async def run_engine(settings: Settings, socket_path: str, parent) -> None:
     log.info("engine: %s on %d %s worker(s) x %d thread(s), dtype %s, at %s", registry.pairs(),
              len(engine.pool.workers), engine.device_kind, engine.threads, settings.dtype, socket_path)
     while not stopping.is_set():
-        status = engine.status()
-        if detector is not None and not detector.done():  # ready once /detect and 'auto' would answer at once
-            status = dataclasses.replace(status, ready=False, reason="loading the language detector")
+        status = with_detector(engine.status(), detector)
         for client in list(clients):
             client.send_status(status)
         metrics.update_engine_gauges()
@@ -293,6 +291,16 @@ async def run_engine(settings: Settings, socket_path: str, parent) -> None:
         client.writer.close()  # its reader sees the end, and its task ends
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(task, 1.0)
+
+
+def with_detector(status: EngineStatus, detector: asyncio.Future | None) -> EngineStatus:
+    """The engine's status, not ready while its language detector loads (/detect and 'auto' would
+    wait) or after it failed to load (they would fail: the reason says why)."""
+    if detector is None or (detector.done() and detector.exception() is None):
+        return status
+    reason = ("loading the language detector" if not detector.done()
+              else f"the language detector failed to load: {detector.exception()}")
+    return dataclasses.replace(status, ready=False, reason=reason)
 
 
 def engine_main(settings: Settings, socket_path: str, parent) -> None:

@@ -1,7 +1,8 @@
 """app/language.py RemoteDetector: an HTTP process's view of the engine process's language
 detector (the real pair runs in tests/test_app_http_processes.py). It blocks, so it must be called
 from a thread: on the event loop it would wait for itself; an engine that does not answer is a
-DetectionUnavailable (a 503), not a hung request."""
+DetectionUnavailable (a 503), not a hung request. And the engine process is not ready while its
+detector loads, or after it failed to load."""
 
 import asyncio
 
@@ -56,3 +57,21 @@ def test_an_engine_that_does_not_answer_is_unavailable_not_a_hang():
         run(silent, lambda d: d.detect("Haus"), timeout_s=0.2)
     with pytest.raises(DetectionUnavailable, match="went away"):
         run(gone, lambda d: d.detect("Haus"))
+
+
+def test_the_engine_is_not_ready_while_its_detector_loads_or_after_it_failed():
+    from app.engine import EngineStatus, with_detector
+
+    ready = EngineStatus(True, "", "cpu", "int8", ())
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        loading, loaded, failed = loop.create_future(), loop.create_future(), loop.create_future()
+        loaded.set_result(object())
+        failed.set_exception(ValueError("NMT_DETECT_LANGUAGES: xx unknown to the detector"))
+        return [with_detector(ready, d) for d in (None, loaded, loading, failed)]
+
+    off, loaded, loading, failed = asyncio.run(main())
+    assert off == ready and loaded == ready
+    assert not loading.ready and loading.reason == "loading the language detector"
+    assert not failed.ready and "failed to load: NMT_DETECT_LANGUAGES: xx unknown" in failed.reason

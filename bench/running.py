@@ -171,7 +171,8 @@ def main() -> None:
     for (join, step), measured in runs.items():
         rates = [len(ids) / s for s, _, _ in measured]
         s, n, mean = measured[0]
-        print(f"| running batch, closed loop, join {join}, {step} step | {', '.join(f'{r:,.1f}' for r in rates)} | {n} | "
+        which = f", {step} step" if len(steps_kinds) > 1 else ""  # (the default's rows read as they always did)
+        print(f"| running batch, closed loop, join {join}{which} | {', '.join(f'{r:,.1f}' for r in rates)} | {n} | "
               f"{1000 * s / n:.3f} | {mean:.1f} | {offline / statistics.median(s for s, _, _ in measured):.2f}x |")
     print(f"| Translator.translate, one call | {len(ids) / offline:,.1f} | | | | |")
     for size, taken in fixed_batches.items():

@@ -33,6 +33,8 @@ class Shortlist:
         source ids themselves are target ids (a joint vocabulary)."""
         assert candidates.dim() == 2 and frequent.dim() == 1
         self.candidates, self.frequent, self.copy_source = candidates.long(), frequent.long(), copy_source
+        # the largest target id the tables hold (-1: none), for the size of columns()' mask
+        self.largest = max([int(t.max()) for t in (self.candidates, self.frequent) if t.numel()], default=-1)
 
     @classmethod
     def load(cls, directory: Path, copy_source: bool) -> Shortlist | None:
@@ -49,8 +51,7 @@ class Shortlist:
     def columns(self, sources: list[list[int]], always: Iterable[int] = ()) -> Tensor:
         """The sorted target ids a batch of sources may write: (V',) int64."""
         always = list(always)
-        largest = max([int(t.max()) for t in (self.candidates, self.frequent) if t.numel()] + always
-                      + [max(s, default=-1) for s in sources])
+        largest = max([self.largest, *always] + [max(s, default=-1) for s in sources])
         chosen = torch.zeros(largest + 1, dtype=torch.bool)
         self.mark(sources, chosen, always)
         return chosen.nonzero()[:, 0]

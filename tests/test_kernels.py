@@ -280,6 +280,24 @@ def test_int8_products_equal_their_twin_on_every_path(kernels, M, K, N):
             assert torch.equal(int8.product(x[i:i + 1], path=path), y[i:i + 1])
 
 
+def test_int8_products_are_exact_where_byte_products_are_largest(kernels):
+    """Every weight at +-127 and activations at the top of their range: on AVX2 a plain vpmaddubsw
+    of a * q would saturate each pair at 32,767 (2 * 254 * 127 = 64,516); each path must still
+    equal the twin, whose integer sums are exact."""
+    linear = torch.nn.Linear(64, 32)
+    with torch.no_grad():
+        linear.weight.copy_(torch.where(torch.arange(32)[:, None] % 2 == 0, 1.0, -1.0).expand(32, 64))
+        linear.bias.zero_()
+    int8 = Int8Linear(linear, kernels)
+    x = torch.ones(3, 64)
+    x[:, 0] = 0.0  # the minimum; every other activation is at the top, a = levels
+    x[1, 1::2] = 0.5  # pairs of unequal activations
+    for path in kernels.int8_paths():
+        twin = int8.twin(x, kernels.int8_levels(path))
+        torch.testing.assert_close(twin[0], torch.where(torch.arange(32) % 2 == 0, 63.0, -63.0), rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(int8.product(x, path=path), twin, rtol=1e-5, atol=1e-4)
+
+
 def test_an_int8_linear_layer_on_the_kernels_equals_its_twin(kernels):
     torch.manual_seed(1)
     linear = torch.nn.Linear(40, 70)
@@ -289,7 +307,7 @@ def test_an_int8_linear_layer_on_the_kernels_equals_its_twin(kernels):
     int8 = Int8Linear(linear, module)
     with torch.inference_mode():
         with_kernels = int8(x)
-        # the twin at the levels of the path this CPU runs (AVX2 quantizes to 7 bits)
+        # the twin at the levels of the path this CPU runs (AVX2: 254, centred on 127)
         twin = int8.twin(x.view(-1, 40), module.int8_levels(loader.int8_path())).view(2, 6, 70)
     torch.testing.assert_close(with_kernels, twin, rtol=1e-5, atol=1e-5)
 
@@ -309,9 +327,10 @@ def test_the_environment_picks_another_int8_path(kernels):
 
 
 def test_int8_levels_follow_the_path(kernels):
-    # vpmaddubsw sums byte pairs into int16: 2 * 127 * 127 fits, 2 * 255 * 127 does not
+    # vpmaddubsw sums byte pairs into int16: 2 * 127 * 127 fits, 2 * 255 * 127 does not, so AVX2
+    # multiplies a - 127 (a signed byte: levels 254), not a
     levels = {path: kernels.int8_levels(path) for path in kernels.int8_paths()}
-    assert levels["scalar"] == 255 and levels.get("avx2", 127) == 127 and levels.get("avx512_vnni", 255) == 255
+    assert levels["scalar"] == 255 and levels.get("avx2", 254) == 254 and levels.get("avx512_vnni", 255) == 255
     assert kernels.int8_levels() == levels[kernels.int8_paths()[0]]
     with pytest.raises(RuntimeError, match="does not run"):
         kernels.int8_levels("sse9")

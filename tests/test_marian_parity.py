@@ -147,8 +147,15 @@ def train_mapping(directory: Path, tokenizer_files, steps: int = 400) -> MarianM
 def assert_decodes_as_ctranslate2(theirs, ours, vocab: list[str], ct2_sources: list[list[str]],
                                    words: list[list[int]], quantization: str) -> None:
     """A train_mapping model: ours (a Translator) writes what CTranslate2 (`theirs`, on
-    `ct2_sources`) writes for `words`, greedy and beam 4; float32 token for token, int8 within
-    one sentence in 40; and the model has learned its mapping (>= 30 of 40)."""
+    `ct2_sources`) writes for `words`, greedy and beam 4: float32 token for token; int8 within 4
+    sentences in 40, and knowing the mapping as well as CTranslate2 does (within 2). The model has
+    learned its mapping (>= 30 of 40).
+
+    Why 4 in int8: this toy model has near-ties, and rounding activations one way or another
+    flips some of them. Measured on one model (2026-11-28, AMD Zen 3): ours quantizing to 255
+    levels differed from CTranslate2 in 0 / 1 sentences (greedy / beam 4), to 254 levels (the AVX2
+    path) in 4 / 2, our float32 from our int8 in 2, each getting 32-33 of 40 right; a wrong scale or
+    table gets most of them wrong."""
     for beam in (1, 4):
         # min_decoding_length=0: CTranslate2 forbids </s> as the first token by default; our search does not
         expected = [r.hypotheses[0] for r in theirs.translate_batch(ct2_sources, beam_size=beam, max_decoding_length=12,
@@ -156,7 +163,9 @@ def assert_decodes_as_ctranslate2(theirs, ours, vocab: list[str], ct2_sources: l
         got = [[vocab[i] for i in r.hypotheses[0].token_ids]
                for r in ours.translate([w + [EOS] for w in words], beam_size=beam, max_length=12)]
         differing = sum(g != e for g, e in zip(got, expected))
-        assert differing <= (0 if quantization == "float32" else 1), (quantization, beam, differing)
+        assert differing <= (0 if quantization == "float32" else 4), (quantization, beam, differing)
+        right = [sum(o == [vocab[mapped(i)] for i in w] for o, w in zip(outputs, words)) for outputs in (got, expected)]
+        assert right[0] >= right[1] - 2, f"ours gets {right[0]} of 40 right, CTranslate2 {right[1]} ({quantization}, beam {beam})"
     learned = sum(e == [vocab[mapped(i)] for i in w] for e, w in zip(expected, words))
     assert learned >= 30, f"the toy model maps only {learned} of 40"
 

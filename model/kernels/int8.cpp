@@ -8,7 +8,8 @@
 // The integer sum is exact (int32), so a row's result depends on that row alone, never on the rows it
 // is batched with. Paths, chosen by what the CPU runs:
 //   avx512_vnni  vpdpbusd: 64 byte products summed into 16 int32 per instruction; levels 255
-//   avx2         vpmaddubsw + vpmaddwd: pairs of byte products saturate at int16, so levels 127
+//   avx2         vpmaddubsw + vpmaddwd on |q| and sign(q) * c, the activations centred as signed bytes
+//                (c = a - 127 in -127 .. 127, lo moved up by 127 steps): levels 254
 //   scalar       portable C++; levels 255
 //
 // Weight layout (model/cpu/weights.py, pack_int8): (N/16, K/4, 16, 4) int8, N and K padded with zeros:
@@ -102,7 +103,12 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni"))) void ti
 
 // ---- AVX2 ------------------------------------------------------------------------------------
 
-// one block of 16 features (two 256-bit halves of 8) for MR rows
+// one block of 16 features (two 256-bit halves of 8) for MR rows.
+//
+// vpmaddubsw multiplies unsigned bytes by signed ones and sums each pair into a saturating int16:
+// a * q (a up to 254, |q| up to 127) could reach 2 * 254 * 127 there. So on this path the rows hold
+// their activations centred, c = a - 127 in -127 .. 127 (quantize_rows), multiplied as
+// |q| * (sign(q) * c): a pair is then at most 2 * 127 * 127, which fits.
 template <int MR, int J>
 __attribute__((target("avx2,fma"))) void tile_avx2(const TileArgs& t) {
   static_assert(J == 1, "AVX2 tiles are one block wide");
@@ -113,14 +119,15 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const TileArgs& t) {
   for (int64_t k = 0; k < t.K4; ++k) {
     const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.w + k * 64));
     const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.w + k * 64 + 32));
+    const __m256i size0 = _mm256_abs_epi8(w0), size1 = _mm256_abs_epi8(w1);
 #pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) {
-      int32_t four;
+      int32_t four;  // c[m, 4k .. 4k + 3], signed bytes
       std::memcpy(&four, t.a + m * t.lda + 4 * k, 4);
-      const __m256i x = _mm256_set1_epi32(four);
-      // byte pairs -> int16 (no saturation with a <= 127), int16 pairs -> int32
-      acc[m][0] = _mm256_add_epi32(acc[m][0], _mm256_madd_epi16(_mm256_maddubs_epi16(x, w0), ones));
-      acc[m][1] = _mm256_add_epi32(acc[m][1], _mm256_madd_epi16(_mm256_maddubs_epi16(x, w1), ones));
+      const __m256i c = _mm256_set1_epi32(four);
+      // |q| * sign(q) c, byte pairs -> int16 (at most 2 * 127 * 127), int16 pairs -> int32
+      acc[m][0] = _mm256_add_epi32(acc[m][0], _mm256_madd_epi16(_mm256_maddubs_epi16(size0, _mm256_sign_epi8(c, w0)), ones));
+      acc[m][1] = _mm256_add_epi32(acc[m][1], _mm256_madd_epi16(_mm256_maddubs_epi16(size1, _mm256_sign_epi8(c, w1)), ones));
     }
   }
   for (int m = 0; m < MR; ++m) {
@@ -248,7 +255,7 @@ Int8Path best_int8_path() {
   return best;
 }
 
-int int8_levels(Int8Path path) { return path == Int8Path::kAvx2 ? 127 : 255; }
+int int8_levels(Int8Path path) { return path == Int8Path::kAvx2 ? 254 : 255; }  // AVX2: a - 127 is a signed byte
 
 const char* int8_path_name(Int8Path path) {
   switch (path) {
@@ -274,6 +281,8 @@ void quantize_rows(const float* x, int64_t M, int64_t K, int64_t ldx, Int8Path p
   out.step.resize(M);
   out.lo.resize(M);
   const float levels = static_cast<float>(int8_levels(path));
+  // AVX2 keeps c = a - 127 as a signed byte (tile_avx2), so x ~ (lo + 127 step) + step c
+  const int centre = path == Int8Path::kAvx2 ? 127 : 0;
   for (int64_t m = 0; m < M; ++m) {
     const float* row = x + m * ldx;
     const auto [lo, hi] = min_max(row, K);
@@ -281,11 +290,11 @@ void quantize_rows(const float* x, int64_t M, int64_t K, int64_t ldx, Int8Path p
     const float inv = span > 0 ? levels / span : 0.f;
     uint8_t* a = out.a.data() + m * out.row_bytes;
     for (int64_t k = 0; k < K; ++k) {  // round half up: every value here is >= 0
-      a[k] = static_cast<uint8_t>(std::min(levels, (row[k] - lo) * inv + 0.5f));
+      a[k] = static_cast<uint8_t>(static_cast<int>(std::min(levels, (row[k] - lo) * inv + 0.5f)) - centre);
     }
     std::fill(a + K, a + out.row_bytes, 0);  // padding inputs are 0 (their weights are 0 too)
     out.step[m] = span / levels;
-    out.lo[m] = lo;
+    out.lo[m] = std::fma(static_cast<float>(centre), out.step[m], lo);  // one rounding in every build (-mfma or not)
   }
 }
 

@@ -43,7 +43,8 @@ struct Int8Weight {
   int64_t N, K4;
 };
 
-// M rows quantized for one path: a (M, row_bytes) in 0 .. levels, x ~ lo + step * a
+// M rows quantized for one path: a (M, row_bytes) in 0 .. levels, x ~ lo + step * a; on the AVX2
+// path a holds a - 127 as signed bytes and lo is moved up by 127 steps (int8.cpp, tile_avx2)
 struct QuantizedRows {
   Int8Path path = Int8Path::kScalar;
   int64_t row_bytes = 0;

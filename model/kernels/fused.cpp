@@ -15,6 +15,8 @@
 
 #include "kernels.h"
 
+#include <torch/extension.h>  // the Python classes below
+
 #include <ATen/Parallel.h>
 
 #include <cmath>

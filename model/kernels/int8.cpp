@@ -19,6 +19,8 @@
 
 #include "kernels.h"
 
+#include <ATen/ops/empty.h>
+
 #include <ATen/Parallel.h>
 
 // the vector paths are x86 code; elsewhere (ARM) only the portable one is built

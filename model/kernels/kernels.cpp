@@ -16,6 +16,8 @@
 
 #include "kernels.h"
 
+#include <torch/extension.h>  // the module
+
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
@@ -356,6 +358,11 @@ std::vector<at::Tensor> row_top(const at::Tensor& logits, int64_t m, const std::
   return {values, indices};
 }
 
+}  // namespace nmt
+
+namespace nmt {
+// adds the Encoder and DecoderStep classes (an int8 model's encoder and decoder step) to the module
+void define_fused(py::module& module);  // fused.cpp
 }  // namespace nmt
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {

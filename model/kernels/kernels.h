@@ -1,8 +1,11 @@
 // What the CPU kernel files share (model/kernels/kernels.cpp, int8.cpp, search.cpp, fused.cpp);
 // one extension module, defined in kernels.cpp.
+//
+// Only ATen's Tensor here: <torch/extension.h> (pybind11, the whole C++ API) takes ~30 s to parse,
+// so only the files that define Python bindings (kernels.cpp, fused.cpp) include it.
 #pragma once
 
-#include <torch/extension.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <string>
@@ -77,10 +80,5 @@ std::tuple<std::vector<at::Tensor>, bool, bool> beam_step(const at::Tensor& logi
                                                           const std::vector<int64_t>& banned, int64_t eos_id,
                                                           double length_penalty,
                                                           const c10::optional<at::Tensor>& steps);
-
-// ---- fused.cpp ---------------------------------------------------------------------------
-
-// adds the Encoder and DecoderStep classes (an int8 model's encoder and decoder step) to the module
-void define_fused(py::module& module);
 
 }  // namespace nmt

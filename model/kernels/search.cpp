@@ -11,6 +11,8 @@
 
 #include "kernels.h"
 
+#include <ATen/ops/empty.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -121,8 +121,8 @@ def _build(capability: str | None = None):
     library, stamp_file = directory / f"{name}.so", directory / f"{name}.stamp"
     built_from = stamp_file.read_text() if stamp_file.is_file() else None
     if built_from != stamp or not library.is_file():
-        log.warning("compiling the CPU kernels (%s, 1-3 minutes, once per version of their source; scripts/setup.sh "
-                    "does it when the project is installed)", name)
+        log.warning("compiling the CPU kernels (%s, about a minute on 2 cores, once per version of their source; "
+                    "scripts/setup.sh does it when the project is installed)", name)
     try:
         with build_lock(directory):
             sources = stage_sources(directory)

@@ -132,14 +132,22 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const TileArgs& t) {
       acc[m][1] = _mm256_add_epi32(acc[m][1], _mm256_madd_epi16(_mm256_maddubs_epi16(size1, _mm256_sign_epi8(c, w1)), ones));
     }
   }
-  for (int m = 0; m < MR; ++m) {
-    alignas(32) int32_t sums[16];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(sums), acc[m][0]);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(sums + 8), acc[m][1]);
-    float* y = t.y + m * t.ldy;
-    for (int64_t n = 0; n < std::min<int64_t>(t.cols, 16); ++n)
-      y[n] = finish(static_cast<float>(sums[n]), t.step[m], t.scale[n], t.lo[m], t.qsum[n], t.bias ? t.bias[n] : 0.f,
-                    y[n], t.epilogue);
+  // finish() eight features at a time, the same operations in the same order
+  for (int half = 0; half < 2; ++half) {
+    const int64_t n = 8 * half;
+    if (n >= t.cols) break;
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::min<int64_t>(8, t.cols - n))),
+                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256 scale = _mm256_maskload_ps(t.scale + n, mask), qsum = _mm256_maskload_ps(t.qsum + n, mask);
+    const __m256 bias = t.bias ? _mm256_maskload_ps(t.bias + n, mask) : _mm256_setzero_ps();
+    for (int m = 0; m < MR; ++m) {
+      float* y = t.y + m * t.ldy + n;
+      const __m256 offset = _mm256_fmadd_ps(_mm256_set1_ps(t.lo[m]), qsum, bias);
+      __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[m][half]), _mm256_mul_ps(_mm256_set1_ps(t.step[m]), scale), offset);
+      if (t.epilogue.accumulate) v = _mm256_add_ps(v, _mm256_maskload_ps(y, mask));
+      if (t.epilogue.relu) v = _mm256_max_ps(v, _mm256_setzero_ps());
+      _mm256_maskstore_ps(y, mask, v);
+    }
   }
 }
 

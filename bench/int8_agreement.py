@@ -3,11 +3,12 @@ weights, same sentences, beam 4. Ours on every int8 product path this CPU runs
 (model/kernels/int8.cpp: AVX-512 VNNI, AVX2, portable; `NMT_INT8_PATH`), CTranslate2 on our
 checkpoint exported to its format (its int8 is what it runs on this CPU).
 
-    .venv/bin/python bench/int8_agreement.py --model checkpoints/en-de [--data FILE] [--limit 500]
+    .venv/bin/python bench/int8_agreement.py --model checkpoints/en-de [--data FILE | --prose-commit REV] [--limit 500]
 
 Sentences: --data (one a line; default data/corpus/test_sw.en), else the English prose of this
 repository's Markdown files (README.md, docs/, BENCHMARKS.md, SECURITY.md: sentences of 5-30 words
-without code), which any checkout has. A changed translation is not a worse one; the count says
+without code), which any checkout has; they change with the docs, so --prose-commit REV reads them
+as REV had them. A changed translation is not a worse one; the count says
 how far int8 moves the model from its float32 self, which quantization error alone decides.
 """
 
@@ -30,10 +31,20 @@ from model import kernels  # noqa: E402
 from model.checkpoint import load_checkpoint  # noqa: E402
 
 
-def prose_sentences() -> list[str]:
-    """The English sentences of this repository's Markdown prose (no tables, code or headings)."""
-    files = [ROOT / "README.md", ROOT / "SECURITY.md", ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs").glob("*.md"))]
-    text = re.sub(r"`[^`]*`", "", "\n\n".join(path.read_text(encoding="utf-8") for path in files if path.is_file()))
+def prose_sentences(commit: str | None = None) -> list[str]:
+    """The English sentences of this repository's Markdown prose (no tables, code or headings), as
+    the working tree has it or, to measure on the same sentences later, as `commit` had it."""
+    names = ["README.md", "SECURITY.md", "BENCHMARKS.md"]
+    if commit is None:
+        names += [str(path.relative_to(ROOT)) for path in sorted((ROOT / "docs").glob("*.md"))]
+        texts = [(ROOT / name).read_text(encoding="utf-8") for name in names if (ROOT / name).is_file()]
+    else:
+        listed = subprocess.run(["git", "ls-tree", "--name-only", commit, "docs/"], cwd=ROOT, capture_output=True,
+                                text=True, check=True).stdout.split()
+        names += sorted(name for name in listed if name.endswith(".md"))
+        texts = [subprocess.run(["git", "show", f"{commit}:{name}"], cwd=ROOT, capture_output=True, text=True,
+                                check=True).stdout for name in names]
+    text = re.sub(r"`[^`]*`", "", "\n\n".join(texts))
     found: dict[str, None] = {}
     for block in re.split(r"\n\s*\n|\n(?=- )", text):
         block = block.strip().removeprefix("- ")
@@ -50,9 +61,9 @@ def ours(model: Path, sentences_file: Path, dtype: str, path: str | None) -> lis
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
     if path:
         env["NMT_INT8_PATH"] = path
-    out = subprocess.run([sys.executable, "-m", "nmt", "translate", "--model", str(model), "--dtype", dtype,
-                          "--beam", "4"], stdin=sentences_file.open(), capture_output=True, text=True, env=env,
-                         cwd=ROOT, check=True)
+    with sentences_file.open() as lines:
+        out = subprocess.run([sys.executable, "-m", "nmt", "translate", "--model", str(model), "--dtype", dtype,
+                              "--beam", "4"], stdin=lines, capture_output=True, text=True, env=env, cwd=ROOT, check=True)
     return out.stdout.splitlines()
 
 
@@ -77,6 +88,7 @@ def main() -> None:
     ap.add_argument("--model", type=Path, default=ROOT / "checkpoints" / "en-de")
     ap.add_argument("--data", default="data/corpus/test_sw.en")
     ap.add_argument("--limit", type=int, default=500)
+    ap.add_argument("--prose-commit", help="without --data: the Markdown prose as this commit had it")
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "nmt-bench")
     ap.add_argument("--no-ct2", action="store_true")
     args = ap.parse_args()
@@ -84,7 +96,8 @@ def main() -> None:
         sentences = [line.strip() for line in Path(args.data).read_text(encoding="utf-8").splitlines() if line.strip()]
         origin = args.data
     else:
-        sentences, origin = prose_sentences(), "the prose of this repository's Markdown files"
+        sentences = prose_sentences(args.prose_commit)
+        origin = f"the prose of this repository's Markdown files (at {args.prose_commit or 'the working tree'})"
     sentences = sentences[: args.limit]
     module = kernels.load()
     paths = module.int8_paths() if module is not None else []

@@ -358,11 +358,10 @@ std::vector<at::Tensor> row_top(const at::Tensor& logits, int64_t m, const std::
   return {values, indices};
 }
 
-}  // namespace nmt
+// fused.cpp: adds the Encoder and DecoderStep classes (an int8 model's encoder and decoder step) to
+// the module (declared here, not in kernels.h, which leaves pybind11 out)
+void define_fused(py::module& module);
 
-namespace nmt {
-// adds the Encoder and DecoderStep classes (an int8 model's encoder and decoder step) to the module
-void define_fused(py::module& module);  // fused.cpp
 }  // namespace nmt
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {

@@ -49,7 +49,7 @@ from model.search import (
     select,
 )
 from model.shortlist import Shortlist
-from model.transformer import DecoderCache
+from model.transformer import DecoderCache, inference_attention_backends
 from model.translator import as_decoded
 
 
@@ -509,29 +509,35 @@ class RunningBatches:
         """One step of every running batch, after the waiting sentences took the free slots; the
         sentences that finished (or whose batch failed: the exception)."""
         finished: list[tuple[Hashable, list[Decoded] | Exception]] = []
-        for shape in list(self.batches.keys() | self.waiting.keys()):
-            queue = self.waiting.get(shape, deque())
-            try:
-                batch = self.batches.get(shape)
-                if batch is None:
-                    batch = self.batches[shape] = self._batch(shape)
-                joining = []
-                if self._joins(batch, queue):
-                    joining = [queue.popleft() for _ in range(min(batch.free, len(queue)))]
-                self.sentences.update((s.tag, s) for s in joining)
-                batch.admit([(s.tag, s.ids, s.cap) for s in joining], [s.n_best for s in joining])
-                done = batch.step()
-            except Exception as e:
-                finished += self._fail(shape, e)
-                continue
-            for tag, hypotheses in done:
-                sentence = self.sentences.pop(tag)
-                finished.append((tag, [as_decoded(h, sentence.attention) for h in hypotheses[: sentence.n_best]]))
-            if not batch.running and not queue:  # its buffers (and graphs) back to the search, for the next
-                batch.close()
-                del self.batches[shape]
-                self.waiting.pop(shape, None)
+        with inference_attention_backends(self.translator.device):  # the encoder's shapes change at every join
+            for shape in list(self.batches.keys() | self.waiting.keys()):
+                finished += self._step(shape)
         self.steps += 1
+        return finished
+
+    def _step(self, shape: Shape) -> list[tuple[Hashable, list[Decoded] | Exception]]:
+        """Sentences waiting for the batch of `shape` join it, it runs one step; those finished."""
+        queue = self.waiting.get(shape, deque())
+        try:
+            batch = self.batches.get(shape)
+            if batch is None:
+                batch = self.batches[shape] = self._batch(shape)
+            joining = []
+            if self._joins(batch, queue):
+                joining = [queue.popleft() for _ in range(min(batch.free, len(queue)))]
+            self.sentences.update((s.tag, s) for s in joining)
+            batch.admit([(s.tag, s.ids, s.cap) for s in joining], [s.n_best for s in joining])
+            done = batch.step()
+        except Exception as e:
+            return self._fail(shape, e)
+        finished = []
+        for tag, hypotheses in done:
+            sentence = self.sentences.pop(tag)
+            finished.append((tag, [as_decoded(h, sentence.attention) for h in hypotheses[: sentence.n_best]]))
+        if not batch.running and not queue:  # its buffers (and graphs) back to the search, for the next
+            batch.close()
+            del self.batches[shape]
+            self.waiting.pop(shape, None)
         return finished
 
     def _joins(self, batch: RunningBatch | EagerRunningBatch, queue: deque[_Sentence]) -> bool:

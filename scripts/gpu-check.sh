@@ -14,8 +14,8 @@
 #    in groups of 8 or after 2 steps: the last lease measured them joining at every step), 256
 #    batch by batch and with running batches of 256 slots, 64 and 256 with 4 HTTP processes in
 #    front of the one engine (NMT_HTTP_PROCESSES=4: one process's ~1 ms of CPU a request capped
-#    the last lease's service), and 64 with 4 HTTP processes whose every request asks for
-#    alignments; the offline Translator on the same sentences
+#    the last lease's service), batch by batch and with running batches, and 64 with 4 HTTP
+#    processes whose every request asks for alignments; the offline Translator on the same sentences
 #
 # On the lent GPU machine (Python 3.12, torch with CUDA, transformers, sentencepiece, safetensors,
 # httpx, prometheus-client; no network) the other packages come from artifacts/gpu-wheels, which
@@ -89,6 +89,9 @@ SERVICE_ENV="NMT_RUNNING_BATCH=true NMT_RUNNING_SLOTS=256" service service-256-r
 # redis-server shared: Debian's, or the one scripts/gpu-wheels.sh packs)
 service service-64-p4 64 1 --http-processes 4 --no-offline
 service service-256-p4 256 1 --http-processes 4 --no-offline
+SERVICE_ENV="NMT_RUNNING_BATCH=true NMT_RUNNING_JOIN_GROUP=8 NMT_RUNNING_JOIN_WAIT=2" service service-64-running-p4 64 1 \
+  --http-processes 4 --no-offline
+SERVICE_ENV="NMT_RUNNING_BATCH=true NMT_RUNNING_SLOTS=256" service service-256-running-p4 256 1 --http-processes 4 --no-offline
 SERVICE_ENV=NMT_CLIENT_ALIGNMENT_BYTES=0 service service-64-alignments-p4 64 1 --alignments --http-processes 4 --no-offline
 cat "$OUT/summary.txt"
 exit $status

@@ -522,11 +522,10 @@ class RunningBatches:
             batch = self.batches.get(shape)
             if batch is None:
                 batch = self.batches[shape] = self._batch(shape)
-            joining = []
             if self._joins(batch, queue):
                 joining = [queue.popleft() for _ in range(min(batch.free, len(queue)))]
-            self.sentences.update((s.tag, s) for s in joining)
-            batch.admit([(s.tag, s.ids, s.cap) for s in joining], [s.n_best for s in joining])
+                self.sentences.update((s.tag, s) for s in joining)
+                batch.admit([(s.tag, s.ids, s.cap) for s in joining], [s.n_best for s in joining])
             done = batch.step()
         except Exception as e:
             return self._fail(shape, e)

@@ -58,9 +58,10 @@ class Settings(BaseSettings):
     running_batch: Literal["auto", "true", "false"] = Field(
         "auto", description="Step-level batching in the workers (model/running.py): a request's sentences join the "
         "batch running on the device at its next step and are answered as soon as each is done, instead of waiting "
-        "for a batch of their own and for its longest sentence. auto: batch by batch on both devices, where "
-        "running batches measured worse: on an H100 fewer sentences/s and a longer tail at 64 clients "
-        "(scripts/gpu-check.sh), on the CPU a worse tail at half the capacity (bench/open_loop.py); "
+        "for a batch of their own and for its longest sentence. auto: batch by batch on both devices: on an "
+        "H200 running batches gave a shorter tail at 64 clients but no more sentences/s, and are unmeasured at 256 "
+        "clients in one process (scripts/gpu-check.sh); on the CPU a worse tail at half the capacity "
+        "(bench/open_loop.py); "
         "true / false. Requests with "
         "min_length or repetition_penalty are decoded batch by batch either way.")
     running_slots: int = Field(64, ge=1, le=1024, description="Sentences in one running batch (NMT_RUNNING_BATCH); "

@@ -25,6 +25,11 @@ That needs a step whose every shape and buffer address is the same each time:
   (outside the graph: the filled length changes every step, and gathering the whole capacity
   inside it would move up to twice the bytes of the step itself).
 
+A running batch (model/running.py) fills free slots between steps with `join_step`, the encoder
+and every write into the joiners' slots, also one replayed graph per number of joiners (rounded
+up to a power of two, the last joiner repeated): eagerly, a join was ~150 kernel launches, two
+thirds of a running step's time on an H200.
+
 The step is `Transformer.decode_step` and `search.select_on_device`, so the search is the one in
 model/search.py; `GraphedBeamSearch` runs its loop over these buffers. On a CPU (capture=False)
 it runs the same steps eagerly: the twin the tests compare token for token with `beam_search`.
@@ -45,7 +50,7 @@ from torch import Tensor
 
 from model.config import ModelConfig
 from model.search import Hypothesis, StepRecord, read_back, search_caps, select_on_device
-from model.transformer import Transformer, attention
+from model.transformer import Transformer, attention, inference_attention_backends
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +161,11 @@ class SearchBuffers:
         self.attention_shape = (Tb, Bb, k, L, H, Sb)
         self.graphs: dict[tuple[bool, tuple[int, ...]], torch.cuda.CUDAGraph] = {}
         self.eager = False  # a capture failed: this bucket's steps run eagerly
+        # a running batch's joins (join_step), by joiners rounded up to a power of two: each its
+        # inputs, (n, Sb + 2) = the sources, then each one's slot and cap, and its graph
+        self.join_inputs: dict[int, Tensor] = {}
+        self.join_graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.eager_joins = False  # a join's capture failed: joins run eagerly
 
     @property
     def rows(self) -> int:
@@ -231,6 +241,52 @@ class SearchBuffers:
         else:
             graph.replay()
 
+    def join(self, model: Transformer, sources: list[list[int]], slots: list[int], caps: list[int],
+             capture: bool) -> None:
+        """Sentences (EOS-terminated source ids, each at most Sb) into free slots of a running
+        batch, each to write at most its cap of new tokens: `join_step` over inputs padded to a
+        power of two of sentences with copies of the last one (the same values written twice into
+        its slot), each source to Sb. On a GPU one replayed graph per size, recorded at its first
+        join (recording runs the join, which writes the same values again), so a join costs one
+        copy to the device and one launch instead of the encoder's and the writes' ~150."""
+        Sb, n = self.bucket.source_len, round_up_sentences(len(sources))
+        host = torch.full((n, Sb + 2), model.config.pad_id, dtype=torch.long)  # (n, Sb + 2)
+        for i in range(n):
+            ids = sources[min(i, len(sources) - 1)]
+            host[i, : len(ids)] = torch.tensor(ids)
+            host[i, Sb], host[i, Sb + 1] = slots[min(i, len(slots) - 1)], caps[min(i, len(caps) - 1)]
+        inputs = self.join_inputs.get(n)
+        if inputs is None:
+            inputs = self.join_inputs[n] = torch.empty_like(host, device=self.step.device)
+        inputs.copy_(host)
+        graph = self.join_graphs.get(n)
+        if graph is None:
+            with inference_attention_backends(self.step.device):  # what the graph records, or runs now
+                if capture and not self.eager_joins:
+                    try:
+                        graph = self.join_graphs[n] = self.record_join(model, inputs)
+                        return  # recording ran the join
+                    except RuntimeError as e:  # as the step: correct, only slower
+                        log.warning("running batch's join not captured as a CUDA graph (%s); running it eagerly", e)
+                        self.eager_joins = True
+                join_step(model, self, inputs)
+        else:
+            graph.replay()
+
+    def record_join(self, model: Transformer, inputs: Tensor):
+        """`record`'s recipe for join_step over `inputs`, which hold a real join: the warm-up runs
+        write it (twice, the same values), the capture runs nothing."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                join_step(model, self, inputs)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            join_step(model, self, inputs)
+        return graph
+
     def reorder(self, length: int) -> None:
         """Each row's first `length` keys/values become those of the beam it continues (`parents`)."""
         rows = (self.first_row + self.parents).view(-1)  # (Nb,)
@@ -266,6 +322,35 @@ def search_step(model: Transformer, buf: SearchBuffers, need_weights: bool, bann
     buf.flags.copy_(torch.stack([buf.live.any(), (buf.parents == buf.own_rows[:k]).all()]))
     buf.t.add_(1)
     s.add_(1)
+
+
+def join_step(model: Transformer, buf: SearchBuffers, inputs: Tensor) -> None:
+    """Sentences into slots of a running batch, in place: each encoded, its encoder-decoder
+    keys/values and source padding into its slot, its k rows at position 0 with the start token,
+    its search state new (all beams equal, empty pool, its cap, live). inputs: (n, Sb + 2), each
+    sentence's PAD-padded source ids, slot, cap. Every write sets values from `inputs` alone, so
+    running it twice writes the same; no host sync, no Python value that changes between joins."""
+    Sb, k = buf.bucket.source_len, buf.bucket.beams
+    S = min(Sb, model.config.max_positions)  # the positions a source can have (Sb rounds up past them)
+    src, at, cap = inputs[:, :S], inputs[:, Sb], inputs[:, Sb + 1]  # (n, S), (n,), (n,)
+    memory, src_mask = model.encode(src)  # (n, S, D), (n, 1, 1, S)
+    for i, layer in enumerate(model.decoder_layers):
+        keys, values = layer.cross_attn.memory_kv(memory)  # 2 x (n, H, S, Dh)
+        buf.cross_kv[i, 0, :, :, :S].index_copy_(0, at, keys)
+        buf.cross_kv[i, 1, :, :, :S].index_copy_(0, at, values)
+    bias = torch.full((at.size(0), 1, 1, Sb), float("-inf"), dtype=buf.src_bias.dtype, device=src.device)
+    bias[..., :S].masked_fill_(src_mask, 0.0)  # (n, 1, 1, Sb): 0 on each source's tokens, -inf elsewhere
+    buf.src_bias.index_copy_(0, at, bias)
+    rows = (at[:, None] * k + buf.own_rows[:k]).view(-1)  # (n * k,) the slots' rows
+    buf.position.index_fill_(0, rows, 0)
+    buf.tokens.index_fill_(0, rows, model.config.decoder_start_id)
+    start = torch.full((at.size(0), k), -1e9, device=src.device)  # (n, k) all beams start equal: expand only the first
+    buf.run_scores.index_copy_(0, at, start.index_fill_(1, buf.own_rows[:1], 0.0))
+    buf.pool_scores.index_fill_(0, at, float("-inf"))
+    buf.pool_ref.index_fill_(0, at, 0)
+    buf.max_len.index_copy_(0, at, cap)
+    buf.t.index_fill_(0, at, 0)
+    buf.live.index_fill_(0, at, True)
 
 
 class GraphedBeamSearch:

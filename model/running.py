@@ -91,43 +91,23 @@ class RunningBatch:
         return len(self.key) - self.free
 
     @torch.inference_mode()
+    @torch.inference_mode()
     def admit(self, items: list[tuple[Hashable, list[int], int]], n_best: list[int] | None = None) -> None:
-        """Sentences (key, EOS-terminated source ids, most new tokens) into free slots, encoded now;
-        n_best: how many hypotheses each returns (default all beam_size)."""
+        """Sentences (key, EOS-terminated source ids, most new tokens) into free slots, encoded now
+        (SearchBuffers.join: on a GPU one replayed graph); n_best: how many hypotheses each
+        returns (default all beam_size)."""
         if len(items) > self.free:
             raise ValueError(f"{len(items)} sentences for {self.free} free slots")
         if not items:
             return
-        c, b, k, model = self.search.config, self.buf, self.k, self.search.model
-        S = max(len(ids) for _, ids, _ in items)
-        if self.bucket.source_len < S or max(cap for *_, cap in items) > self.bucket.capacity:
+        if self.bucket.source_len < max(len(ids) for _, ids, _ in items) or \
+                max(cap for *_, cap in items) > self.bucket.capacity:
             raise ValueError(f"a sentence longer than this batch takes ({self.bucket.source_len} source tokens, "
                              f"{self.bucket.capacity} new ones)")
-        device = b.tokens.device
-        src = padded([ids for _, ids, _ in items], c.pad_id)  # (n, S)
-        memory, src_mask = model.encode(src.to(device))  # (n, S, D), (n, 1, 1, S)
         slots = [j for j, key in enumerate(self.key) if key is None][: len(items)]
-        at = torch.tensor(slots, device=device)  # (n,)
-        for i, layer in enumerate(model.decoder_layers):
-            keys, values = layer.cross_attn.memory_kv(memory)  # 2 x (n, H, S, Dh)
-            b.cross_kv[i, 0, at, :, :S] = keys
-            b.cross_kv[i, 1, at, :, :S] = values
-        bias = torch.zeros(len(items), 1, 1, self.bucket.source_len, dtype=b.src_bias.dtype, device=device)
-        bias[..., :S].masked_fill_(~src_mask, float("-inf"))
-        bias[..., S:] = float("-inf")
-        b.src_bias[at] = bias
-        rows = (at[:, None] * k + torch.arange(k, device=device)).view(-1)  # (n * k,)
-        b.position[rows] = 0
-        b.tokens[rows] = c.decoder_start_id
-        start = torch.full((k,), -1e9, device=device)
-        start[0] = 0.0  # all beams start equal: expand only the first
-        b.run_scores[at] = start
-        b.pool_scores[at] = float("-inf")
-        b.pool_ref[at] = 0
-        b.max_len[at] = torch.tensor([cap for *_, cap in items], device=device)
-        b.t[at] = 0
-        b.live[at] = True
-        for j, (key, ids, _), wanted in zip(slots, items, n_best or [k] * len(items)):
+        self.buf.join(self.search.model, [ids for _, ids, _ in items], slots, [cap for *_, cap in items],
+                      self.search.capture)
+        for j, (key, ids, _), wanted in zip(slots, items, n_best or [self.k] * len(items)):
             self.key[j], self.joined[j], self.source_len[j], self.wanted[j] = key, self.steps, len(ids), wanted
 
     @torch.inference_mode()

@@ -86,8 +86,8 @@ def test_cuda_graphs_decode_what_the_eager_step_decodes(tiny_sentinel_checkpoint
 
 
 def test_a_running_batch_on_the_gpu_decodes_each_sentence_as_it_decodes_alone(tiny_sentinel_checkpoint):
-    """model/running.py with its step captured: sentences join a running batch mid-way and leave
-    when done, each with the hypotheses beam_search gives it alone (float32)."""
+    """model/running.py with its step and its joins captured: sentences join a running batch
+    mid-way and leave when done, each with the hypotheses beam_search gives it alone (float32)."""
     from model.graphs import GraphedBeamSearch
     from model.running import RunningBatch
     from model.search import beam_search
@@ -102,6 +102,7 @@ def test_a_running_batch_on_the_gpu_decodes_each_sentence_as_it_decodes_alone(ti
         batch.admit(waiting[:n])
         waiting = waiting[n:]
         results.update(batch.step())
+    assert batch.buf.join_graphs and not batch.buf.eager_joins  # the joins replayed graphs too
     for i, x in enumerate(ids):
         [expected] = beam_search(translator.model, torch.tensor([x], device="cuda"), 4, 4, max_new_tokens=20)
         assert [h.token_ids for h in results[i]] == [h.token_ids for h in expected]

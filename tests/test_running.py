@@ -107,6 +107,29 @@ def test_attention_follows_each_hypothesis():
     same_attention(model, decode_with_attention(batch), 3)
 
 
+@pytest.mark.parametrize("max_positions", [512, 40], ids=["source bucket", "bucket past the model's positions"])
+def test_a_join_padded_to_a_power_of_two_writes_only_its_own_slots(max_positions):
+    """A join of 3 runs as one of 4 (the last sentence twice, into its one slot, as the GPU's
+    graph of 4 joiners does), each source padded to the bucket's length (or to the model's
+    positions, where the bucket rounds up past them: 40 of 64): the sentences already running
+    and the joiners decode as alone."""
+    model = tiny(eos_bias=0.0, max_positions=max_positions)
+    batch = RunningBatch(GraphedBeamSearch(model, capture=False), slots=8, beam_size=2, source_len=33, capacity=32)
+    assert batch.bucket.source_len == 64
+    first = [("a", sentence(1, 9), 20), ("b", sentence(2, 5), 20)]
+    joiners = [("c", sentence(3, 13), 12), ("d", sentence(4, 4), 12), ("e", sentence(5, 7), 12)]
+    batch.admit(first)
+    results = {}
+    for _ in range(3):
+        results.update(batch.step())
+    batch.admit(joiners)
+    assert sorted(batch.buf.join_inputs) == [2, 4] and batch.running == 5
+    while batch.running:
+        results.update(batch.step())
+    for key, ids, cap in first + joiners:
+        same(results[key], alone(model, ids, 2, cap))
+
+
 @pytest.mark.parametrize("engine", ["reference", "kernels"])
 @pytest.mark.parametrize("beam", [1, 4])
 def test_sentences_joining_and_leaving_an_eager_batch_get_what_they_get_alone(beam, engine, monkeypatch):

@@ -29,4 +29,5 @@ def test_gpu_check_checks_itself_without_cuda(tmp_path):
     running = (tmp_path / "running-engine.txt").read_text()
     assert "| running batch, closed loop, join 1:0 |" in running and "| RunningBatch.step |" in running, running
     collected = (tmp_path / "cuda-tests-collected.txt").read_text()
-    assert "9 tests collected" in collected and "test_cuda_graphs_decode_what_the_eager_step_decodes[float16]" in collected
+    assert "11 tests collected" in collected and "test_cuda_graphs_decode_what_the_eager_step_decodes[float16]" in collected
+    assert "test_decoding_never_runs_cudnns_attention[running batches]" in collected

@@ -91,7 +91,6 @@ class RunningBatch:
         return len(self.key) - self.free
 
     @torch.inference_mode()
-    @torch.inference_mode()
     def admit(self, items: list[tuple[Hashable, list[int], int]], n_best: list[int] | None = None) -> None:
         """Sentences (key, EOS-terminated source ids, most new tokens) into free slots, encoded now
         (SearchBuffers.join: on a GPU one replayed graph); n_best: how many hypotheses each

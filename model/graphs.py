@@ -166,6 +166,7 @@ class SearchBuffers:
         self.join_inputs: dict[int, Tensor] = {}
         self.join_graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.eager_joins = False  # a join's capture failed: joins run eagerly
+        self.join_pool = None  # the join graphs' one memory pool (record_join)
 
     @property
     def rows(self) -> int:
@@ -283,8 +284,11 @@ class SearchBuffers:
                 join_step(model, self, inputs)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # one memory pool for all sizes: a join keeps nothing of its own (it writes the buffers
+        # above), and joins run one after another, so each size's scratch memory is the others' too
+        with torch.cuda.graph(graph, pool=self.join_pool):
             join_step(model, self, inputs)
+        self.join_pool = self.join_pool or graph.pool()
         return graph
 
     def reorder(self, length: int) -> None:

@@ -118,20 +118,29 @@ class RunningBatch:
         b = self.buf
         b.run(self.search.model, self.attention, self.banned, self.search.config.eos_id)
         self.steps += 1
-        _, in_place, *live = b.status.tolist()  # the step's one host sync; it stopped the sentences done
+        _, in_place, *live = b.status.tolist()  # the step's host sync; it stopped the sentences done
         done = [j for j, key in enumerate(self.key) if key is not None and not live[j]]
+        if not in_place:  # queued before the read-back, which does not read the keys/values
+            b.reorder(max((self.steps - self.joined[j] for j, key in enumerate(self.key)
+                           if key is not None and live[j]), default=0))
+        if not done:
+            return []
+        # the finished sentences' history and pools, gathered on the device and copied to the host
+        # together: one more sync, not one per tensor
+        at = torch.tensor(done, device=b.status.device)  # (n,)
+        copies = [h.index_select(1, at).to("cpu", non_blocking=True) for h in (b.cand_scores, b.cand_row,
+                                                                                 b.cand_tok, b.keep)]
+        copies += [h.index_select(0, at).to("cpu", non_blocking=True) for h in (b.pool_scores, b.pool_ref)]
+        if at.is_cuda:
+            torch.cuda.current_stream(at.device).synchronize()
+        *history, pool_scores, pool_ref = copies  # 4 x (Tb, n, .), 2 x (n, k)
+        pool_scores, pool_ref = pool_scores.tolist(), pool_ref.tolist()
         finished = []
-        if done:
-            # the finished sentences' history and pools on the host in one copy each, not one per sentence
-            host = [h[:, done].cpu() for h in (b.cand_scores, b.cand_row, b.cand_tok, b.keep)]
-            pools = b.pool_scores[done].tolist(), b.pool_ref[done].tolist()
-            for n, j in enumerate(done):
-                wanted = self.wanted[j]
-                finished.append((self.key[j], self.read_back(j, [h[:, n] for h in host], pools[0][n][:wanted],
-                                                             pools[1][n][:wanted])))
-                self.key[j] = None
-        if not in_place:
-            b.reorder(max((self.steps - self.joined[j] for j, key in enumerate(self.key) if key is not None), default=0))
+        for n, j in enumerate(done):
+            wanted = self.wanted[j]
+            finished.append((self.key[j], self.read_back(j, [h[:, n] for h in history], pool_scores[n][:wanted],
+                                                         pool_ref[n][:wanted])))
+            self.key[j] = None
         return finished
 
     @torch.inference_mode()

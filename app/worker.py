@@ -298,6 +298,11 @@ class WorkerPool:
     def _answer(self, w: Worker, conn, reply) -> None:
         if conn is not w.conn:  # a worker since replaced
             return
+        if reply[0] == "items":  # the sentences a running step finished, of any jobs
+            for job_id, index, hypotheses in reply[1]:
+                if (job := w.jobs.get(job_id)) is not None:  # (else given up meanwhile)
+                    job.answer(index, hypotheses)
+            return
         kind, job_id = reply[0], reply[1]
         if kind == "fatal":
             self._kill(w)
@@ -309,8 +314,6 @@ class WorkerPool:
         if kind == "cancelled":
             w.cancelled += reply[2]
             self._forget(w, job_id)
-        elif kind == "item":
-            job.answer(reply[2], reply[3])
         elif kind == "ok":
             w.loaded = reply[3]
             for index, hypotheses in enumerate(reply[2]):

@@ -9,9 +9,10 @@ arrays, so the server unpickles them without torch and finishes the texts itself
   reply, ("ok", job id, hypotheses per source, models held);
 - running batches (`running=True`; model/running.py): the job's sentences join running batches
   at step boundaries, jobs keep arriving while they run, and each sentence is answered when it
-  is done, ("item", job id, index, hypotheses); ("cancel", job id) drops what is left of a job
-  nobody waits for any more, answered ("cancelled", job id, sentences dropped). Options a running
-  batch cannot take go batch by batch.
+  is done, the sentences of one step together ("items", [(job id, index, hypotheses), ...]);
+  ("cancel", job id) drops what is left of a job nobody waits for any more, answered
+  ("cancelled", job id, sentences dropped). Options a running batch cannot take go batch by
+  batch.
 
 A failure answers ("error", job id, why), or ("fatal", job id, why) before the process exits.
 """
@@ -142,11 +143,14 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
                 os._exit(0)
             take(message)
             busy = any(batches.busy for batches in runners.values())
-        failed_jobs = set()
+        done, failures = [], {}
         for batches in runners.values():
             for (job_id, index), hypotheses in batches.step():
                 if not isinstance(hypotheses, Exception):
-                    send_message(conn, ("item", job_id, index, hypotheses))
-                elif job_id not in failed_jobs:  # one answer per job: its first failure
-                    failed_jobs.add(job_id)
-                    failed(job_id, hypotheses)
+                    done.append((job_id, index, hypotheses))
+                else:
+                    failures.setdefault(job_id, hypotheses)  # one answer per job: its first failure
+        if done:  # the step's finished sentences in one message: the server wakes once for all
+            send_message(conn, ("items", done))
+        for job_id, error in failures.items():
+            failed(job_id, error)

@@ -250,12 +250,9 @@ class SearchBuffers:
         its slot), each source to Sb. On a GPU one replayed graph per size, recorded at its first
         join (recording runs the join, which writes the same values again), so a join costs one
         copy to the device and one launch instead of the encoder's and the writes' ~150."""
-        Sb, n = self.bucket.source_len, round_up_sentences(len(sources))
-        host = torch.full((n, Sb + 2), model.config.pad_id, dtype=torch.long)  # (n, Sb + 2)
-        for i in range(n):
-            ids = sources[min(i, len(sources) - 1)]
-            host[i, : len(ids)] = torch.tensor(ids)
-            host[i, Sb], host[i, Sb + 1] = slots[min(i, len(slots) - 1)], caps[min(i, len(caps) - 1)]
+        Sb, n, pad = self.bucket.source_len, round_up_sentences(len(sources)), model.config.pad_id
+        rows = [ids + [pad] * (Sb - len(ids)) + [slot, cap] for ids, slot, cap in zip(sources, slots, caps)]
+        host = torch.tensor(rows + rows[-1:] * (n - len(rows)), dtype=torch.long)  # (n, Sb + 2): one tensor
         inputs = self.join_inputs.get(n)
         if inputs is None:
             inputs = self.join_inputs[n] = torch.empty_like(host, device=self.step.device)

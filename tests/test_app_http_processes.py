@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -34,12 +33,12 @@ SHIPPED = ROOT / "checkpoints" / "en-de"  # a trained model: different texts get
 TEXTS = [f"Open the file number {i} and save it." if i % 2 else f"Print page {i}." for i in range(24)]
 
 
-def start(checkpoint: Path, redis_url: str, **settings: str) -> tuple[str, subprocess.Popen]:
+def start(checkpoint: Path, redis_url: str, logs: Path, **settings: str) -> tuple[str, subprocess.Popen]:
     port = free_port()
     env = {**os.environ, "NMT_HTTP_PROCESSES": "2", "NMT_MODEL_DIRS": str(checkpoint), "NMT_WORKERS": "1",
            "NMT_THREADS_PER_WORKER": "1", "NMT_DTYPE": "float32", "NMT_REDIS_URL": redis_url,
            "NMT_DETECT_LANGUAGES": "none", "NMT_CACHE": "false", **settings}
-    log = Path(tempfile.gettempdir()) / f"nmt-http-processes-{port}.log"  # wait_ready shows its tail on a failure
+    log = logs / f"nmt-http-processes-{port}.log"  # wait_ready shows its tail on a failure
     with open(log, "wb") as out:
         process = subprocess.Popen([sys.executable, "-m", "nmt", "serve", "--host", "127.0.0.1", "--port", str(port)],
                                    cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -75,8 +74,9 @@ def alive(pid: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def server(redis):
-    url, process = start(SHIPPED, redis.url, NMT_DETECT_LANGUAGES="en,de,fr")
+def server(redis, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("http-processes")
+    url, process = start(SHIPPED, redis.url, logs, NMT_DETECT_LANGUAGES="en,de,fr")
     yield url, process
     stop(process)
 
@@ -185,11 +185,11 @@ def test_a_killed_engine_is_started_again_and_its_workers_go_with_it(server):
 
 
 def test_the_engine_refuses_past_its_queue_limit_with_429_and_sigterm_finishes_what_runs(tiny_sentinel_checkpoint,
-                                                                                          redis):
+                                                                                          redis, tmp_path):
     from app.pipe import FAULT_SLOW
 
-    url, process = start(tiny_sentinel_checkpoint, redis.url, NMT_FAULT_INJECTION="true", NMT_MAX_QUEUE_ITEMS="1",
-                         NMT_MAX_WAIT_MS="0")
+    url, process = start(tiny_sentinel_checkpoint, redis.url, tmp_path, NMT_FAULT_INJECTION="true",
+                         NMT_MAX_QUEUE_ITEMS="1", NMT_MAX_WAIT_MS="0")
     tree = [process.pid] + [p for c in children(process.pid) for p in [c, *children(c)]]
     try:
         answers = {}
@@ -219,10 +219,10 @@ def test_the_engine_refuses_past_its_queue_limit_with_429_and_sigterm_finishes_w
         time.sleep(0.1)
 
 
-def test_nmt_serve_killed_outright_leaves_no_process_behind(tiny_sentinel_checkpoint, redis):
+def test_nmt_serve_killed_outright_leaves_no_process_behind(tiny_sentinel_checkpoint, redis, tmp_path):
     """SIGKILL to `nmt serve` itself: its engine stops (its pipe from `nmt serve` closed), and so do
     its HTTP processes (nobody would start the engine again) and the workers: the port is free."""
-    url, process = start(tiny_sentinel_checkpoint, redis.url)
+    url, process = start(tiny_sentinel_checkpoint, redis.url, tmp_path)
     tree = [process.pid] + [p for c in children(process.pid) for p in [c, *children(c)]]
     try:
         process.kill()
@@ -246,12 +246,12 @@ def test_several_http_processes_need_redis(tiny_sentinel_checkpoint):
     assert run.returncode == 2 and "NMT_HTTP_PROCESSES=2 needs NMT_REDIS_URL" in run.stderr, run.stderr
 
 
-def test_a_request_given_up_in_its_http_process_is_dropped_by_the_engine(tiny_sentinel_checkpoint, redis):
+def test_a_request_given_up_in_its_http_process_is_dropped_by_the_engine(tiny_sentinel_checkpoint, redis, tmp_path):
     """The deadline passes in the HTTP process (504): the engine never decodes the job it had queued."""
     from app.pipe import FAULT_SLOW
 
-    url, process = start(tiny_sentinel_checkpoint, redis.url, NMT_FAULT_INJECTION="true", NMT_REQUEST_TIMEOUT_S="1",
-                         NMT_MAX_WAIT_MS="0")
+    url, process = start(tiny_sentinel_checkpoint, redis.url, tmp_path, NMT_FAULT_INJECTION="true",
+                         NMT_REQUEST_TIMEOUT_S="1", NMT_MAX_WAIT_MS="0")
     try:
         answers = {}
 

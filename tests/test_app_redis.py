@@ -10,7 +10,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import httpx
@@ -26,12 +25,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("redis-server") i
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def start_replica(checkpoint: Path, redis_url: str) -> tuple[str, subprocess.Popen]:
+def start_replica(checkpoint: Path, redis_url: str, logs: Path) -> tuple[str, subprocess.Popen]:
+    """`nmt serve` of checkpoint on a free port, sharing redis_url; its output in a file under logs."""
     port = free_port()
     env = {**os.environ, "NMT_MODEL_DIRS": str(checkpoint), "NMT_WORKERS": "1", "NMT_THREADS_PER_WORKER": "1",
            "NMT_DTYPE": "float32", "NMT_REDIS_URL": redis_url, "NMT_DETECT_LANGUAGES": "en,de", "NMT_DETECT_PRELOAD": "true",
            "NMT_MAX_WAIT_MS": "2"}
-    log = Path(tempfile.gettempdir()) / f"nmt-replica-{port}.log"  # wait_ready shows its tail on a failure
+    log = logs / f"nmt-replica-{port}.log"  # wait_ready shows its tail on a failure
     with open(log, "wb") as out:
         process = subprocess.Popen([sys.executable, "-m", "nmt", "serve", "--host", "127.0.0.1", "--port", str(port)],
                                    cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)  # `nmt serve`
@@ -40,8 +40,9 @@ def start_replica(checkpoint: Path, redis_url: str) -> tuple[str, subprocess.Pop
 
 
 @pytest.fixture(scope="module")
-def replicas(tiny_sentinel_checkpoint, redis):
-    started = [start_replica(tiny_sentinel_checkpoint, redis.url) for _ in range(2)]
+def replicas(tiny_sentinel_checkpoint, redis, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("replicas")
+    started = [start_replica(tiny_sentinel_checkpoint, redis.url, logs) for _ in range(2)]
     try:  # stopped even when one never gets ready
         for url, process in started:
             wait_ready(url, [process])

@@ -59,7 +59,7 @@ def test_bench_through_nginx_and_two_replicas_runs_clean(tiny_checkpoint, tmp_pa
 
     redis = Redis(tmp_path)
     redis.start()
-    replicas = [start_replica(tiny_checkpoint, redis.url) for _ in range(2)]
+    replicas = [start_replica(tiny_checkpoint, redis.url, tmp_path) for _ in range(2)]
     port = free_port()
     config = (ROOT / "deploy/nginx.conf").read_text()
     # no compose DNS here: the two replicas by address

@@ -15,8 +15,11 @@ number); the engine answers ("done", number, results, started, finished) or ("fa
 error class, message), and sends ("status", EngineStatus) when it connects and whenever its status
 changes. The engine process also holds the language detector (app/language.py), one copy for
 every HTTP process: ("detect", number, texts) is answered ("detected", number, each text's
-languages) or ("failed", number, ...). Times are time.monotonic(), one clock for every process of
-the machine.
+languages) or ("failed", number, ...). Without Redis it holds the store too (app/storage.py), where
+one HTTP process keeps what another serves (alignments, translated files, rate-limit counts):
+("store", number, operation, arguments) runs that MemoryStorage method and is answered ("stored",
+number, its result) or ("failed", number, ...). Times are time.monotonic(), one clock for every
+process of the machine.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from app.language import DetectionUnavailable, LanguageDetector
 from app.metrics import Metrics
 from app.scheduler import BatchKey, Job, QueueFull, Scheduler, ShuttingDown
 from app.settings import Settings
+from app.storage import MemoryStorage, RemoteStorage, StorageUnavailable, open_storage
 from app.worker import Worker, WorkerError, WorkerPool
 
 log = logging.getLogger("uvicorn.error")
@@ -46,6 +50,7 @@ log = logging.getLogger("uvicorn.error")
 # keep the next requests from its free slots
 RUNNING_JOBS_PER_WORKER = 8
 STATUS_INTERVAL_S = 0.2  # how often the engine process looks whether its status changed
+STORE_TIMEOUT_S = 5.0  # longest an HTTP process waits for the engine process's store
 ERRORS = {cls.__name__: cls for cls in (QueueFull, ShuttingDown, WorkerError)}  # what a failed job can raise
 
 
@@ -170,12 +175,14 @@ async def _read_frame(reader: asyncio.StreamReader):
 class _Client:
     """One HTTP process, as the engine process sees it: its jobs in flight, by its numbers."""
 
-    def __init__(self, engine: Engine, writer: asyncio.StreamWriter, detector: asyncio.Future | None = None):
-        """detector: the language detector, loading (a future), or None: detection is off."""
-        self.engine, self.writer, self.detector = engine, writer, detector
+    def __init__(self, engine: Engine, writer: asyncio.StreamWriter, detector: asyncio.Future | None = None,
+                 storage: MemoryStorage | None = None):
+        """detector: the language detector, loading (a future), or None: detection is off.
+        storage: the HTTP processes' store, or None: they share Redis."""
+        self.engine, self.writer, self.detector, self.storage = engine, writer, detector, storage
         self.jobs: dict[int, Job] = {}
         self.status: EngineStatus | None = None  # the last status sent
-        self.detections: set[asyncio.Task] = set()
+        self.asked: set[asyncio.Task] = set()  # language detections and store operations under way
 
     def send(self, message) -> None:
         if not self.writer.is_closing():
@@ -192,10 +199,10 @@ class _Client:
             if job is not None:
                 self.engine.cancel(job)
             return
-        if message[0] == "detect":
-            task = asyncio.create_task(self.detect(*message[1:]))
-            self.detections.add(task)
-            task.add_done_callback(self.detections.discard)
+        if message[0] in ("detect", "store"):  # (MemoryStorage never waits: store operations run in order)
+            task = asyncio.create_task((self.detect if message[0] == "detect" else self.store)(*message[1:]))
+            self.asked.add(task)
+            task.add_done_callback(self.asked.discard)
             return
         _, number, key, sources, weights = message
         try:
@@ -229,12 +236,20 @@ class _Client:
             return
         self.send(("detected", number, found))
 
+    async def store(self, number: int, operation: str, arguments: tuple) -> None:
+        """One operation on the store, answered with its result."""
+        if self.storage is None or operation not in RemoteStorage.OPERATIONS:
+            self.send(("failed", number, StorageUnavailable.__name__, f"the engine process keeps no store for "
+                       f"'{operation}' (NMT_REDIS_URL is set, and is the store)"))
+            return
+        self.send(("stored", number, await getattr(self.storage, operation)(*arguments)))
+
     def gone(self) -> None:
         """Its HTTP process went away: nobody waits for its jobs."""
         jobs, self.jobs = list(self.jobs.values()), {}
         for job in jobs:
             self.engine.cancel(job)
-        for task in list(self.detections):
+        for task in list(self.asked):
             task.cancel()
 
 
@@ -246,6 +261,7 @@ async def run_engine(settings: Settings, socket_path: str, parent) -> None:
     registry = await asyncio.to_thread(Registry.load, settings.model_dirs, None, settings.model_cache)
     metrics = Metrics()
     engine = Engine(settings, {model_id: str(m.directory) for model_id, m in registry.models.items()}, metrics)
+    storage = None if settings.redis_url else open_storage(settings)  # the HTTP processes' store, without Redis
     clients: dict[_Client, asyncio.Task] = {}
     detector = None  # the HTTP processes' one language detector, loading while the workers start
     if settings.detect_languages != ["none"]:
@@ -253,7 +269,7 @@ async def run_engine(settings: Settings, socket_path: str, parent) -> None:
             LanguageDetector, settings.detect_languages, settings.detect_low_accuracy, settings.detect_preload))
 
     async def serve_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        client = _Client(engine, writer, detector)
+        client = _Client(engine, writer, detector, storage)
         clients[client] = asyncio.current_task()
         client.send_status(engine.status())
         try:
@@ -282,6 +298,8 @@ async def run_engine(settings: Settings, socket_path: str, parent) -> None:
         for client in list(clients):
             client.send_status(status)
         metrics.update_engine_gauges()
+        if storage is not None:
+            metrics.update_store_gauges(storage)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stopping.wait(), STATUS_INTERVAL_S)
     loop.remove_reader(parent.fileno())
@@ -331,7 +349,9 @@ class RemoteEngine:
         self._parent = os.getppid()
         self._writer: asyncio.StreamWriter | None = None
         self._jobs: dict[int, Job] = {}  # in flight, by number
-        self._detections: dict[int, asyncio.Future] = {}  # language detections asked, by number
+        # language detections and store operations asked, by number: each one's answer to come, and
+        # the exception that says it failed
+        self._asked: dict[int, tuple[asyncio.Future, type[Exception]]] = {}
         self._numbers = itertools.count()
         self._status = EngineStatus(False, "the engine process is not connected yet", "cpu", "", ())
         self._connected = asyncio.Event()  # set by the engine's first status on a connection
@@ -394,10 +414,10 @@ class RemoteEngine:
         jobs, self._jobs = list(self._jobs.values()), {}
         for job in jobs:
             job.fail(WorkerError(f"{why} before this job was answered"))
-        detections, self._detections = list(self._detections.values()), {}
-        for future in detections:
+        asked, self._asked = list(self._asked.values()), {}
+        for future, error in asked:
             if not future.done():
-                future.set_exception(DetectionUnavailable(f"{why} before it detected the language"))
+                future.set_exception(error(f"{why} before it answered"))
 
     def _take(self, message) -> None:
         kind = message[0]
@@ -405,14 +425,15 @@ class RemoteEngine:
             self._status = message[1]
             self._connected.set()
             return
-        detection = self._detections.pop(message[1], None)
-        if detection is not None:
-            if detection.done():  # given up here meanwhile
+        asked = self._asked.pop(message[1], None)
+        if asked is not None:
+            future, error = asked
+            if future.done():  # given up here meanwhile
                 return
-            if kind == "detected":
-                detection.set_result(message[2])
+            if kind in ("detected", "stored"):
+                future.set_result(message[2])
             else:
-                detection.set_exception(DetectionUnavailable(message[3]))
+                future.set_exception(error(message[3]))
             return
         job = self._jobs.pop(message[1], None)
         if job is None:  # cancelled here meanwhile
@@ -435,15 +456,30 @@ class RemoteEngine:
     async def detect(self, texts: list[str]) -> list[list[tuple[str, float]]]:
         """The engine process's language detector on `texts` (app/language.py: RemoteDetector):
         each text's languages, best first, all of them."""
-        if self._writer is None or not self._connected.is_set():
-            raise DetectionUnavailable(self._status.reason or "the engine process is not connected")
-        number = next(self._numbers)
-        found = self._detections[number] = asyncio.get_running_loop().create_future()
-        self._writer.write(_frame(("detect", number, texts)))
+        return await self._ask(DetectionUnavailable, "detect", texts)
+
+    async def store(self, operation: str, *arguments):
+        """The engine process's store (app/storage.py: RemoteStorage): its `operation`'s result;
+        StorageUnavailable when the engine process does not answer within STORE_TIMEOUT_S."""
         try:
-            return await found
+            return await asyncio.wait_for(self._ask(StorageUnavailable, "store", operation, arguments),
+                                          STORE_TIMEOUT_S)
+        except TimeoutError:
+            raise StorageUnavailable(f"the engine process did not answer within {STORE_TIMEOUT_S:g} s") from None
+
+    async def _ask(self, error: type[Exception], kind: str, *arguments):
+        """Send (kind, number, *arguments) and wait for its answer; `error` when it fails or the
+        engine process is not connected."""
+        if self._writer is None or not self._connected.is_set():
+            raise error(self._status.reason or "the engine process is not connected")
+        number = next(self._numbers)
+        answer = asyncio.get_running_loop().create_future()
+        self._asked[number] = (answer, error)
+        self._writer.write(_frame((kind, number, *arguments)))
+        try:
+            return await answer
         finally:
-            self._detections.pop(number, None)
+            self._asked.pop(number, None)
 
     def cancel(self, job: _RemoteJob) -> None:
         job.future.cancel()

@@ -65,10 +65,14 @@ class Metrics:
         self.storage_errors = Counter("nmt_storage_errors", "Calls to the shared store (Redis) that failed, by "
                                       "what needed it.", ["use"], registry=r)
         self.files = Counter("nmt_translated_files", "Files translated, by extension.", ["extension"], registry=r)
+        # the store's gauges: set by the process that holds the store (with several processes, the
+        # engine process; 0 elsewhere, and with Redis, whose own metrics say it)
         self.file_bytes = Gauge("nmt_translated_file_bytes", "Bytes of translated files waiting to be downloaded.",
-                                registry=r)
-        self.alignments = Gauge("nmt_alignments_stored", "Alignments in the store.", registry=r)
-        self.alignment_bytes = Gauge("nmt_alignment_bytes", "Bytes of stored attention.", registry=r)
+                                registry=r, multiprocess_mode="livesum")
+        self.alignments = Gauge("nmt_alignments_stored", "Alignments in the store.", registry=r,
+                                multiprocess_mode="livesum")
+        self.alignment_bytes = Gauge("nmt_alignment_bytes", "Bytes of stored attention.", registry=r,
+                                     multiprocess_mode="livesum")
         self._engine_gauges = (self.queue_depth, self.batches_in_flight, self.workers_alive, self.worker_restarts)
         self._engine_sample: Callable[[], tuple[int, int, int, int]] = lambda: (0, 0, 0, 0)
 
@@ -82,6 +86,18 @@ class Metrics:
     def update_engine_gauges(self) -> None:
         for gauge, value in zip(self._engine_gauges, self._engine_sample()):
             gauge.set(value)
+
+    def store_gauges(self, storage) -> None:
+        """The store's gauges read `storage` (a MemoryStorage) at each scrape."""
+        self.alignments.set_function(lambda: storage.count("alignment"))
+        self.alignment_bytes.set_function(lambda: storage.bytes.get("alignment", 0))
+        self.file_bytes.set_function(lambda: storage.bytes.get("file", 0))
+
+    def update_store_gauges(self, storage) -> None:
+        """With several processes (no scrape reaches a function of this one's): set them now."""
+        self.alignments.set(storage.count("alignment"))
+        self.alignment_bytes.set(storage.bytes.get("alignment", 0))
+        self.file_bytes.set(storage.bytes.get("file", 0))
 
     def exposition(self) -> bytes:
         """The Prometheus text of this process's metrics, or of every process's with several."""

@@ -4,8 +4,9 @@ NMT_HTTP_PROCESSES=1 (the default): one process serves HTTP and holds the engine
 whose workers are its children. N > 1: this process starts the engine in a process of its own and
 keeps it running (`EngineProcess`), then uvicorn's supervisor runs N HTTP processes on the one port
 (uvicorn restarts one that dies); they reach the engine over a Unix socket in a directory only this
-user can enter, share Redis (NMT_REDIS_URL) for what a request may store, and write their metrics
-where every process's /metrics can sum them (PROMETHEUS_MULTIPROC_DIR).
+user can enter, keep what a request may store where each sees what the others stored (Redis at
+NMT_REDIS_URL, else the engine process's memory), and write their metrics where every process's
+/metrics can sum them (PROMETHEUS_MULTIPROC_DIR).
 SIGTERM / Ctrl-C stop accepting, finish in-flight requests, then stop the engine and its workers.
 """
 
@@ -49,10 +50,6 @@ def serve(host: str | None, port: int | None, model_dirs: list[str] | None) -> N
 
 def _serve_processes(settings: Settings, options: dict) -> None:
     """NMT_HTTP_PROCESSES > 1: the engine process, then uvicorn's supervisor with the HTTP processes."""
-    if not settings.redis_url:
-        raise ValueError(f"NMT_HTTP_PROCESSES={settings.http_processes} needs NMT_REDIS_URL: the HTTP processes keep "
-                         "rate-limit counts, alignments, translated files and the translation cache there, so that "
-                         "each sees what the others stored")
     run_dir = Path(tempfile.mkdtemp(prefix="nmt-serve-"))  # mode 0700: the engine's socket is this user's alone
     try:
         # Argos packages are converted once, here, and every process reads the checkpoints

@@ -40,7 +40,7 @@ from app.metrics import Metrics
 from app.registry import Registry, ServedModel, language_name
 from app.scheduler import BatchKey, QueueFull, ShuttingDown
 from app.settings import Settings
-from app.storage import MemoryStorage, StorageUnavailable, open_storage
+from app.storage import MemoryStorage, RemoteStorage, StorageUnavailable, byte_budgets, open_storage
 from app.suggestions import SuggestionStore
 from app.worker import WorkerError
 from model import pipeline
@@ -133,7 +133,10 @@ class Service:
     def __init__(self, settings: Settings):
         self.settings = settings
         self.metrics = Metrics()
-        self.storage = open_storage(settings)  # shared with other replicas when it is Redis
+        # several HTTP processes (`nmt serve`): the engine process, over its socket (else start() makes the Engine)
+        self.remote = RemoteEngine(settings.engine_socket) if settings.engine_socket else None
+        # Redis, shared with other replicas; else, with several HTTP processes, the engine process's
+        self.storage = open_storage(settings, self.remote and self.remote.store)
         self.alignments = AlignmentStore(self.storage, settings.alignment_ttl_s, settings.alignment_max_bytes,
                                          settings.client_alignment_bytes)
         self.limiter = RateLimiter(self.storage)
@@ -149,7 +152,7 @@ class Service:
 
     async def start(self) -> None:
         s = self.settings
-        remote = RemoteEngine(s.engine_socket) if s.engine_socket else None  # several HTTP processes
+        remote = self.remote
         if s.detect_languages == ["none"]:
             detector = None
         elif remote:  # the engine process's one detector, instead of one per HTTP process
@@ -159,13 +162,14 @@ class Service:
                                                s.detect_preload)
         self.registry = await asyncio.to_thread(Registry.load, s.model_dirs, detector, s.model_cache)
         if s.cache:
-            self.cache = TranslationCache(self.storage, s.cache_ttl_s,
+            # in the engine process's store, every lookup would cost each request two more trips through
+            # that one process: each HTTP process caches its own translations instead
+            cached = MemoryStorage(byte_budgets(s)) if isinstance(self.storage, RemoteStorage) else self.storage
+            self.cache = TranslationCache(cached, s.cache_ttl_s,
                                           {model_id: model.fingerprint for model_id, model in self.registry.models.items()})
         m = self.metrics
-        local = self.storage if isinstance(self.storage, MemoryStorage) else None  # Redis: see Redis' own metrics
-        m.alignments.set_function(lambda: local.count("alignment") if local else 0)
-        m.alignment_bytes.set_function(lambda: local.bytes.get("alignment", 0) if local else 0)
-        m.file_bytes.set_function(lambda: local.bytes.get("file", 0) if local else 0)
+        if isinstance(self.storage, MemoryStorage):  # (Redis' own metrics, or the engine process's, say the rest)
+            m.store_gauges(self.storage)
         if remote:  # `nmt serve` with several HTTP processes: the engine is a process of its own
             self.engine = remote
         else:

@@ -176,7 +176,9 @@ class Settings(BaseSettings):
     http_processes: int = Field(1, ge=1, le=64, description="HTTP processes of `nmt serve`: 1, one process does "
                                 "everything; N > 1, N processes share the port and do the HTTP and text work "
                                 "(~1 ms of CPU a request), in front of one engine process that batches all their "
-                                "requests on the workers (app/engine.py). Needs NMT_REDIS_URL, which they share.")
+                                "requests on the workers (app/engine.py). What one stores and another serves "
+                                "(alignments, files, rate-limit counts) is in Redis at NMT_REDIS_URL, else in the "
+                                "engine process's memory; without Redis each caches its own translations.")
     engine_socket: str = Field("", description="Set by `nmt serve` for its HTTP processes (NMT_HTTP_PROCESSES > 1): "
                                "the engine process's Unix socket. Not for operators.")
     access_log: bool = Field(True, description="`nmt serve` logs a line per request (uvicorn's access log).")

@@ -10,8 +10,10 @@ The embedded default keeps everything in this process, bounded per kind of key (
 the first ':') by its own byte budget, the oldest going first. Redis makes every replica see the
 same data: replica B serves an alignment replica A stored. There the budget is Redis' own
 (`maxmemory` with `volatile-lru`: only keys with a TTL, which all of these have, are evicted).
+`nmt serve` with several HTTP processes and no Redis keeps one MemoryStorage in its engine process
+(app/engine.py), which each HTTP process reaches over the engine's socket (RemoteStorage).
 
-When Redis cannot be reached, the calls raise StorageUnavailable: what needs the store answers
+When the store cannot be reached, the calls raise StorageUnavailable: what needs the store answers
 503 saying so, translation goes on (the cache is skipped), and /ready names the reason.
 """
 
@@ -20,11 +22,12 @@ from __future__ import annotations
 import re
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 
 class StorageUnavailable(Exception):
-    """The shared store (Redis) cannot be reached. Its message, which clients see, says only that;
+    """The shared store (Redis, or the engine process's) cannot be reached. Its message, which clients see, says only that;
     `detail` says why, for the log (the store's address without its password)."""
 
     def __init__(self, detail: str):
@@ -237,10 +240,49 @@ class RedisStorage:
         await self.client.aclose()
 
 
-def open_storage(settings) -> Storage:
-    """Redis at NMT_REDIS_URL, else this process's memory; budgets from the settings."""
-    budgets = {"file": settings.file_store_bytes, "alignment": settings.alignment_max_bytes,
-               "cache": settings.cache_bytes}
+class RemoteStorage:
+    """The MemoryStorage of another process, reached through `ask(operation, *arguments)`, which
+    runs that storage's method of that name there and returns its result, or raises
+    StorageUnavailable (the engine process of `nmt serve`, over its socket: RemoteEngine.store)."""
+
+    OPERATIONS = ("get", "get_many", "put", "put_many", "add", "check")  # what `ask` may run
+
+    def __init__(self, ask: Callable[..., Awaitable]):
+        self.ask = ask
+
+    async def get(self, key: str) -> bytes | None:
+        return await self.ask("get", key)
+
+    async def get_many(self, keys: list[str]) -> list[bytes | None]:
+        return await self.ask("get_many", keys) if keys else []
+
+    async def put(self, key: str, value: bytes, ttl_s: float) -> bool:
+        return await self.ask("put", key, value, ttl_s)
+
+    async def put_many(self, values: dict[str, bytes], ttl_s: float) -> None:
+        if values:
+            await self.ask("put_many", values, ttl_s)
+
+    async def add(self, key: str, amount: int, ttl_s: float) -> int:
+        return await self.ask("add", key, amount, ttl_s)
+
+    async def check(self) -> None:
+        await self.ask("check")
+
+    async def close(self) -> None:
+        return None
+
+
+def open_storage(settings, remote: Callable[..., Awaitable] | None = None) -> Storage:
+    """Redis at NMT_REDIS_URL; else, given `remote` (RemoteStorage's `ask`), the store of another
+    process; else this process's memory; budgets from the settings."""
     if settings.redis_url:
-        return RedisStorage(settings.redis_url, budgets)
-    return MemoryStorage(budgets, max_items={"alignment": settings.alignment_max_items})
+        return RedisStorage(settings.redis_url, byte_budgets(settings))
+    if remote is not None:
+        return RemoteStorage(remote)
+    return MemoryStorage(byte_budgets(settings), max_items={"alignment": settings.alignment_max_items})
+
+
+def byte_budgets(settings) -> dict[str, int]:
+    """Bytes each kind of stored value may hold in all."""
+    return {"file": settings.file_store_bytes, "alignment": settings.alignment_max_bytes, "cache": settings.cache_bytes}

@@ -66,7 +66,7 @@ def free_port() -> int:
 
 
 def start_redis() -> tuple[subprocess.Popen, str]:
-    """A throwaway redis-server (Debian's) on a free port, for --http-processes."""
+    """A throwaway redis-server (Debian's) on a free port, for --redis."""
     port = free_port()
     process = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                                 "--appendonly", "no"], stdout=subprocess.DEVNULL)
@@ -89,8 +89,10 @@ def start_server(args, redis_url: str | None) -> tuple[subprocess.Popen, str]:
     env.setdefault("NMT_CACHE", "false")  # the clients repeat sentences: measure decoding, not the cache
     if args.no_shortlist:
         env["NMT_SHORTLIST"] = "false"
+    if redis_url:
+        env["NMT_REDIS_URL"] = redis_url
     if args.http_processes > 1:  # `nmt serve` itself: it starts the engine process and the HTTP processes
-        env.update(NMT_HTTP_PROCESSES=str(args.http_processes), NMT_REDIS_URL=redis_url, NMT_ACCESS_LOG="false")
+        env.update(NMT_HTTP_PROCESSES=str(args.http_processes), NMT_ACCESS_LOG="false")
         command = [sys.executable, "-m", "nmt", "serve", "--host", "127.0.0.1", "--port", str(port)]
     else:  # as `nmt serve` runs it
         command = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port),
@@ -327,8 +329,10 @@ def main() -> None:
     p.add_argument("--servers", type=int, default=1, help="start this many servers, each with its own workers, "
                    "and spread the raw clients over them (replicas on one machine)")
     p.add_argument("--http-processes", type=int, default=1, help="NMT_HTTP_PROCESSES: the server is `nmt serve` "
-                   "with this many HTTP processes in front of one engine process, sharing a redis-server started "
-                   "here")
+                   "with this many HTTP processes in front of one engine process (which keeps their store, "
+                   "unless --redis)")
+    p.add_argument("--redis", action="store_true", help="the started servers keep their store in a redis-server "
+                   "started here (NMT_REDIS_URL)")
     p.add_argument("--workers", type=int, help="NMT_WORKERS for the started server")
     p.add_argument("--threads-per-worker", type=int, help="NMT_THREADS_PER_WORKER")
     p.add_argument("--max-wait-ms", type=float, help="NMT_MAX_WAIT_MS")
@@ -349,7 +353,7 @@ def main() -> None:
     sentences = load_sentences(args.data, args.limit)
     if args.servers > 1 and (args.url or args.client != "raw"):
         sys.exit("--servers needs the raw client and no --url")
-    redis = start_redis() if args.http_processes > 1 and not args.url else None
+    redis = start_redis() if args.redis and not args.url else None
     started: list[tuple[subprocess.Popen, str]] = []
     try:  # (what started is stopped, even when a later server never gets ready)
         for _ in range(0 if args.url else args.servers):

@@ -85,8 +85,8 @@ service service-64 64 1
 SERVICE_ENV="NMT_RUNNING_BATCH=true NMT_RUNNING_JOIN_GROUP=8 NMT_RUNNING_JOIN_WAIT=2" service service-64-running 64 1 --no-offline
 service service-256 256 1 --no-offline
 SERVICE_ENV="NMT_RUNNING_BATCH=true NMT_RUNNING_SLOTS=256" service service-256-running 256 1 --no-offline
-# four HTTP processes in front of one engine process and its one GPU worker (NMT_HTTP_PROCESSES=4, a
-# redis-server shared: Debian's, or the one scripts/gpu-wheels.sh packs)
+# four HTTP processes in front of one engine process and its one GPU worker (NMT_HTTP_PROCESSES=4; the
+# engine process keeps their store: the alignments of the last row)
 service service-64-p4 64 1 --http-processes 4 --no-offline
 service service-256-p4 256 1 --http-processes 4 --no-offline
 SERVICE_ENV="NMT_RUNNING_BATCH=true NMT_RUNNING_JOIN_GROUP=8 NMT_RUNNING_JOIN_WAIT=2" service service-64-running-p4 64 1 \

@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.engine import STATUS_INTERVAL_S
 from app.settings import Settings
 from tests.conftest import ready_client, wait_ready
 from tests.test_app_e2e import free_port
@@ -239,11 +240,41 @@ def test_nmt_serve_killed_outright_leaves_no_process_behind(tiny_sentinel_checkp
         httpx.get(f"{url}/health")
 
 
-def test_several_http_processes_need_redis(tiny_sentinel_checkpoint):
-    env = {**os.environ, "NMT_HTTP_PROCESSES": "2", "NMT_MODEL_DIRS": str(tiny_sentinel_checkpoint), "NMT_REDIS_URL": ""}
-    run = subprocess.run([sys.executable, "-m", "nmt", "serve", "--port", str(free_port())], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=60)
-    assert run.returncode == 2 and "NMT_HTTP_PROCESSES=2 needs NMT_REDIS_URL" in run.stderr, run.stderr
+def test_without_redis_the_engine_process_keeps_what_one_http_process_stores_for_the_other(
+        tiny_sentinel_checkpoint, tmp_path):
+    """No NMT_REDIS_URL: alignments, translated files and rate-limit counts live in the engine
+    process, so whichever HTTP process a connection reaches serves what the other stored and counts
+    what the other counted (counted per process, the limit would let through about twice as many)."""
+    limit = 60
+    url, process = start(tiny_sentinel_checkpoint, "", tmp_path, NMT_REQ_LIMIT=str(limit))
+    try:
+        made = httpx.post(f"{url}/v1/translate", json={"text": "Open the file.", "source": "en", "target": "de",
+                                                       "alignments": True, "max_length": 6})
+        assert made.status_code == 200, made.text
+        alignment_id = made.json()["translations"][0]["alignment_id"]
+        for _ in range(12):  # a new connection each: both processes answer some
+            fetched = httpx.get(f"{url}/v1/alignments/{alignment_id}")
+            assert fetched.status_code == 200 and fetched.json()["model"] == "en-de", fetched.text
+        translated = httpx.post(f"{url}/translate_file", files={"file": ("notes.txt", b"Open the file.\n")},
+                                data={"source": "en", "target": "de"})
+        assert translated.status_code == 200, translated.text
+        link = translated.json()["translatedFileUrl"]
+        for _ in range(8):
+            download = httpx.get(url + link[link.index("/download_file/"):])
+            assert download.status_code == 200 and "notes_de.txt" in download.headers["content-disposition"]
+        counted = 1 + 12 + 1 + 8  # every call so far
+        time.sleep(2 * STATUS_INTERVAL_S)  # the engine process sets the store's gauges this often
+        metrics = httpx.get(f"{url}/metrics").text
+        assert re.search(r"^nmt_alignments_stored 1\.0$", metrics, re.M), metrics
+        assert re.search(r"^nmt_translated_file_bytes [1-9]", metrics, re.M), metrics
+
+        statuses = [httpx.post(f"{url}/v1/translate", json={"text": "Print.", "source": "en", "target": "de",
+                                                              "max_length": 3}).status_code for _ in range(80)]
+        assert set(statuses) == {200, 429}
+        # (+-2: the limit's sliding minute, should a minute end meanwhile)
+        assert abs(statuses.count(200) - (limit - counted)) <= 2, statuses.count(200)
+    finally:
+        stop(process)
 
 
 def test_a_request_given_up_in_its_http_process_is_dropped_by_the_engine(tiny_sentinel_checkpoint, redis, tmp_path):

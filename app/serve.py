@@ -1,12 +1,13 @@
 """`nmt serve`: run the service under uvicorn.
 
-NMT_HTTP_PROCESSES=1 (the default): one process serves HTTP and holds the engine (app/engine.py),
-whose workers are its children. N > 1: this process starts the engine in a process of its own and
-keeps it running (`EngineProcess`), then uvicorn's supervisor runs N HTTP processes on the one port
-(uvicorn restarts one that dies); they reach the engine over a Unix socket in a directory only this
-user can enter, keep what a request may store where each sees what the others stored (Redis at
-NMT_REDIS_URL, else the engine process's memory), and write their metrics where every process's
-/metrics can sum them (PROMETHEUS_MULTIPROC_DIR).
+NMT_HTTP_PROCESSES=1 (and 0, the default, on the CPU): one process serves HTTP and holds the engine
+(app/engine.py), whose workers are its children. N > 1 (and 0 on a GPU host of 8 cores or more):
+this process starts the engine in a process of its own and keeps it running (`EngineProcess`),
+then uvicorn's supervisor runs N HTTP processes on the one port (uvicorn restarts one that dies);
+they reach the engine over a Unix socket in a directory only this user can enter, keep what a
+request may store where each sees what the others stored (Redis at NMT_REDIS_URL, else the engine
+process's memory), and write their metrics where every process's /metrics can sum them
+(PROMETHEUS_MULTIPROC_DIR).
 SIGTERM / Ctrl-C stop accepting, finish in-flight requests, then stop the engine and its workers.
 """
 
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import uvicorn
 
-from app.engine import engine_main
+from app.engine import engine_main, visible_cuda_devices
 from app.main import create_app
 from app.registry import as_checkpoints
 from app.settings import Settings
@@ -42,10 +43,12 @@ def serve(host: str | None, port: int | None, model_dirs: list[str] | None) -> N
     # client's address, whatever NMT_TRUST_FORWARDED_FOR says; the service reads it itself when told to
     options = dict(host=host or settings.host, port=port or settings.port, log_level="info", proxy_headers=False,
                    access_log=settings.access_log, timeout_graceful_shutdown=int(settings.shutdown_timeout_s) or None)
-    if settings.http_processes == 1:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    processes = settings.http_process_count(visible_cuda_devices(), cores)
+    if processes == 1:
         uvicorn.run(create_app(settings), **options)
         return
-    _serve_processes(settings, options)
+    _serve_processes(settings.model_copy(update={"http_processes": processes}), options)
 
 
 def _serve_processes(settings: Settings, options: dict) -> None:

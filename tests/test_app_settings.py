@@ -32,6 +32,14 @@ def test_by_default_the_shipped_models_serve_both_directions(monkeypatch):
     assert {(m["source_lang"], m["target_lang"]) for m in metadata} == {("en", "de"), ("de", "en")}
 
 
+def test_http_processes_by_default_one_on_the_cpu_and_one_per_four_cores_on_a_gpu():
+    assert Settings(device="auto").http_process_count(cuda_devices=0, cores=64) == 1
+    assert Settings(device="cpu").http_process_count(cuda_devices=2, cores=64) == 1
+    assert [Settings(device="auto").http_process_count(1, cores) for cores in (2, 4, 8, 12, 16, 96)] == [1, 1, 2, 3, 4, 4]
+    assert Settings(device="cuda", http_processes=7).http_process_count(1, 2) == 7  # the operator's number stands
+    assert Settings(device="cpu", http_processes=3).http_process_count(0, 2) == 3
+
+
 def test_worker_layout(monkeypatch):
     monkeypatch.setattr("os.cpu_count", lambda: 16)
     assert Settings(device="cpu").worker_layout(cuda_devices=2) == ("cpu", ["cpu"] * 4, 4)

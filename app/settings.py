@@ -66,6 +66,10 @@ class Settings(BaseSettings):
         "min_length or repetition_penalty are decoded batch by batch either way.")
     running_slots: int = Field(64, ge=1, le=1024, description="Sentences in one running batch (NMT_RUNNING_BATCH); "
                                "more wait for a free slot.")
+    running_bytes: int = Field(0, ge=0, description="Bytes the running batches of a worker may hold in buffers "
+                               "together (NMT_RUNNING_BATCH; every beam size, length penalty and length bucket "
+                               "in use has a batch of its own): past it, sentences of a new shape wait for others "
+                               "to finish. 0: a quarter of the GPU's memory, 2 GiB on a CPU.")
     running_join_group: int = Field(1, ge=1, le=1024, description="Sentences join a running batch in groups of this "
                                     "many (fewer when fewer slots are free), each group encoded in one call, waiting "
                                     "at most NMT_RUNNING_JOIN_WAIT steps for the group to fill.")

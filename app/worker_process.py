@@ -66,10 +66,11 @@ class Translators:
 
 def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: int, batch_tokens: int,
                 fault_injection: bool, max_loaded: int = 0, shortlist: bool = True, running: bool = False,
-                running_slots: int = 64, running_join: tuple[int, int] = (1, 0)) -> None:
+                running_slots: int = 64, running_join: tuple[int, int] = (1, 0), running_bytes: int = 0) -> None:
     """Process entry point: load the models (all, or the first max_loaded), then decode jobs until
     told to stop; every "ok" reply says which models it holds. running: step-level batching, at
-    most running_slots sentences in a running batch, joining it in groups as running_join says
+    most running_slots sentences in a running batch, joining it in groups as running_join says, the
+    batches' buffers within running_bytes (0: RunningBatches' default)
     (RunningBatches' join_group, join_wait)."""
     # Ctrl-C reaches the whole process group; the server decides when workers stop, after
     # finishing in-flight work.
@@ -120,7 +121,8 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
                 batches = runners.get(key.model)
                 if batches is None or (batches.translator is not translator and not batches.busy):
                     batches = runners[key.model] = RunningBatches(translator, running_slots,  # (re)loaded
-                                                                  join_group=running_join[0], join_wait=running_join[1])
+                                                                  join_group=running_join[0], join_wait=running_join[1],
+                                                                  max_bytes=running_bytes or None)
                 for i, (ids, w) in enumerate(zip(sources, weights)):
                     batches.add((job_id, i), ids, key.options, w)
                 return

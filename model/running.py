@@ -28,6 +28,8 @@ shape for a worker.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from model.graphs import Bucket, GraphedBeamSearch, round_up_length, round_up_sentences
+from model.graphs import Bucket, GraphedBeamSearch, SearchBuffers, round_up_length, round_up_sentences
 from model.options import DecodingOptions
 from model.pipeline import Decoded
 from model.search import (
@@ -418,6 +420,18 @@ class Shape:
     capacity: int  # new tokens at most, for the longest source of the batch
 
 
+# an eager batch's cache keeps room for twice its sentences at twice their length (it grows by
+# copying): the budget counts each sentence in it as that many times its own buffers
+EAGER_ROOM = 4
+
+
+def default_running_bytes(device: torch.device) -> int:
+    """The running batches' default budget: a quarter of the GPU's memory, or 2 GiB on a CPU."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory // 4
+    return 2 << 30
+
+
 @dataclass
 class _Sentence:
     tag: Hashable
@@ -427,6 +441,8 @@ class _Sentence:
     n_best: int
     attention: bool  # its client asked for the attention itself, not only its mean
     added: int  # RunningBatches.steps when it was added
+    number: int  # how many were added before it
+    nbytes: int = 0  # what the budget counts for it in an eager batch
 
 
 class RunningBatches:
@@ -444,10 +460,18 @@ class RunningBatches:
 
     Options a running batch cannot take (`takes`: a minimum length, a repetition penalty) are
     for Translator.decode_all.
+
+    Every shape has a batch of its own, and clients choose the shapes (beam size, length penalty,
+    lengths): the batches together keep within `max_bytes` of buffers. A fixed-shape batch takes
+    its bucket's buffers when it starts (slots x beams x its lengths); an eager one grows as
+    sentences join, each counted as EAGER_ROOM times its own buffers.
+    Past the budget a shape waits for others to close, and so do the shapes whose sentences came
+    after it (the oldest waiting sentence goes first, so a large shape is not starved by small
+    ones); with nothing running, one batch starts whatever it needs.
     """
 
     def __init__(self, translator, slots: int = 64, fixed_shape: bool | None = None, join_group: int = 1,
-                 join_wait: int = 0):
+                 join_wait: int = 0, max_bytes: int | None = None):
         """fixed_shape: RunningBatch over the graphed search's fixed-shape step (default on a GPU),
         else EagerRunningBatch over the model's own step (default on a CPU).
 
@@ -455,8 +479,13 @@ class RunningBatches:
         it has free slots), or once `join_wait` steps ran without the first; a batch with nothing
         running takes them at once. An encoder call costs a fixed part (on a 2-core Xeon ~2.3 ms,
         against ~0.35 ms a sentence), which a group shares (`bench/running.py --join` measures
-        it). The default, 1 and 0, joins every sentence at the next step."""
+        it). The default, 1 and 0, joins every sentence at the next step.
+
+        max_bytes: the running batches' buffers together (None: a quarter of the GPU's memory, or
+        2 GiB on a CPU; 0: no limit)."""
         self.translator, self.slots = translator, slots
+        self.max_bytes = default_running_bytes(translator.device) if max_bytes is None else max_bytes
+        self._bucket_bytes: dict[tuple, int] = {}  # buffer bytes by (Bucket, attention), computed once
         self.join_group, self.join_wait = join_group, join_wait
         self.steps = 0
         self.fixed_shape = translator.device.type == "cuda" if fixed_shape is None else fixed_shape
@@ -466,6 +495,7 @@ class RunningBatches:
         self.batches: dict[Shape, RunningBatch] = {}
         self.waiting: dict[Shape, deque[_Sentence]] = {}
         self.sentences: dict[Hashable, _Sentence] = {}  # in a batch now, by tag
+        self._numbers = itertools.count()  # the sentences' order of arrival
 
     @staticmethod
     def takes(options: DecodingOptions) -> bool:
@@ -489,34 +519,83 @@ class RunningBatches:
             source_len = round_up_length(len(ids))
             capacity = round_up_length(t.length_cap(source_len, options.max_length))
         shape = Shape(options.beam_size, length_penalty, options.attention or weights, source_len, capacity)
-        sentence = _Sentence(tag, shape, ids, t.length_cap(len(ids), options.max_length), options.n_best,
-                             options.attention, self.steps)
+        cap = t.length_cap(len(ids), options.max_length)
+        nbytes = 0  # an eager batch's sentence: EAGER_ROOM times its own buffers (a fixed-shape batch counts its bucket)
+        if not self.fixed_shape:
+            nbytes = EAGER_ROOM * self.bucket_bytes(Bucket(1, shape.beam_size, len(ids), cap), shape.attention)
+        sentence = _Sentence(tag, shape, ids, cap, options.n_best, options.attention, self.steps, next(self._numbers),
+                             nbytes)
         self.waiting.setdefault(shape, deque()).append(sentence)
+
+    def bucket_bytes(self, bucket: Bucket, attention: bool) -> int:
+        """Bytes of a bucket's search buffers (SearchBuffers, measured on the meta device: nothing
+        allocated), with its attention's when recorded."""
+        found = self._bucket_bytes.get((bucket, attention))
+        if found is None:
+            weight = self.translator.model.tgt_embed.weight
+            dtype = weight.dtype if weight.dtype.is_floating_point else torch.float32
+            buffers = SearchBuffers(self.translator.model.config, bucket, dtype, torch.device("meta"))
+            found = buffers.nbytes + (math.prod(buffers.attention_shape) * 4 if attention else 0)  # float32
+            found = self._bucket_bytes[(bucket, attention)] = found
+        return found
+
+    def bytes_in_use(self) -> int:
+        """What the running batches' buffers take now, as the budget counts them."""
+        if self.fixed_shape:
+            return sum(self._batch_bytes(shape) for shape in self.batches)
+        return sum(s.nbytes for s in self.sentences.values())
+
+    def _batch_bytes(self, shape: Shape) -> int:
+        return self.bucket_bytes(Bucket(self.slots, shape.beam_size, shape.source_len, shape.capacity), shape.attention)
 
     def step(self) -> list[tuple[Hashable, list[Decoded] | Exception]]:
         """One step of every running batch, after the waiting sentences took the free slots; the
         sentences that finished (or whose batch failed: the exception)."""
         finished: list[tuple[Hashable, list[Decoded] | Exception]] = []
+        # the shape whose waiting sentence is oldest joins first; once one waits for the budget, the
+        # shapes after it wait too (what they would take is what it waits for)
+        oldest_first = sorted(self.batches.keys() | self.waiting.keys(),
+                              key=lambda shape: self.waiting[shape][0].number if self.waiting.get(shape) else -1)
+        joins = True
         with inference_attention_backends(self.translator.device):  # the encoder's shapes change at every join
-            for shape in list(self.batches.keys() | self.waiting.keys()):
-                finished += self._step(shape)
+            for shape in oldest_first:
+                done, joins = self._step(shape, joins)
+                finished += done
         self.steps += 1
         return finished
 
-    def _step(self, shape: Shape) -> list[tuple[Hashable, list[Decoded] | Exception]]:
-        """Sentences waiting for the batch of `shape` join it, it runs one step; those finished."""
+    def _step(self, shape: Shape, joins: bool) -> tuple[list[tuple[Hashable, list[Decoded] | Exception]], bool]:
+        """Sentences waiting for the batch of `shape` join it (if `joins` and the budget lets
+        them), it runs one step; those finished, and whether the next shapes may join."""
         queue = self.waiting.get(shape, deque())
         try:
             batch = self.batches.get(shape)
             if batch is None:
+                if not joins or (self.fixed_shape and self.sentences and self._batch_bytes(shape) > self._room()):
+                    return [], False  # it waits, and the shapes after it (with nothing running, it starts)
                 batch = self.batches[shape] = self._batch(shape)
-            if self._joins(batch, queue):
-                joining = [queue.popleft() for _ in range(min(batch.free, len(queue)))]
-                self.sentences.update((s.tag, s) for s in joining)
-                batch.admit([(s.tag, s.ids, s.cap) for s in joining], [s.n_best for s in joining])
+            if joins and self._joins(batch, queue):
+                joining = [queue[i] for i in range(min(batch.free, len(queue)))]
+                if not self.fixed_shape:  # an eager batch: as many as the budget takes, in order
+                    room, taken = self._room(), 0
+                    while taken < len(joining) and (joining[taken].nbytes <= room or not (self.sentences or taken)):
+                        room -= joining[taken].nbytes
+                        taken += 1
+                    joins, joining = taken == len(joining), joining[:taken]
+                for _ in joining:
+                    queue.popleft()
+                if joining:
+                    self.sentences.update((s.tag, s) for s in joining)
+                    batch.admit([(s.tag, s.ids, s.cap) for s in joining], [s.n_best for s in joining])
+            if not batch.running:  # nothing joined it: its buffers back, while its sentences (if any) wait
+                batch.close()
+                del self.batches[shape]
+                if not queue:
+                    self.waiting.pop(shape, None)
+                return [], joins
             done = batch.step()
         except Exception as e:
-            return self._fail(shape, e)
+            return self._fail(shape, e), joins
         finished = []
         for tag, hypotheses in done:
             sentence = self.sentences.pop(tag)
@@ -525,7 +604,11 @@ class RunningBatches:
             batch.close()
             del self.batches[shape]
             self.waiting.pop(shape, None)
-        return finished
+        return finished, joins
+
+    def _room(self) -> float:
+        """Bytes the budget has left now."""
+        return self.max_bytes - self.bytes_in_use() if self.max_bytes else math.inf
 
     def _joins(self, batch: RunningBatch | EagerRunningBatch, queue: deque[_Sentence]) -> bool:
         """Whether the sentences waiting for `batch` join it at this step."""

@@ -352,6 +352,45 @@ def test_sentences_join_a_running_batch_in_groups_when_asked(tiny_sentinel_check
 
 
 @pytest.mark.parametrize("fixed_shape", [False, True], ids=["eager", "fixed-shape"])
+@pytest.mark.parametrize("budget", [2.0, 0.5], ids=["two-shapes", "under-one"])
+def test_running_batches_keep_within_their_bytes_and_start_the_oldest_shape_first(tiny_sentinel_checkpoint,
+                                                                                 fixed_shape, budget):
+    """Each length penalty is a shape, and a batch, of its own (a client's choice): within a budget
+    of two shapes' buffers two batches run at once, never more, and the shapes start in the order
+    their sentences came; under one shape's, one batch runs at a time, whatever it needs. Each
+    sentence still decodes as it does alone."""
+    from model.options import DecodingOptions
+    from model.running import RunningBatches
+    from model.translator import Translator
+
+    translator = Translator.load(tiny_sentinel_checkpoint, device="cpu", dtype="float32", shortlist=False)
+    ids = translator.encode("Open the file.")
+    options = [DecodingOptions(beam_size=2, length_penalty=0.5 + shape / 10, max_length=6) for shape in range(5)]
+    probe = RunningBatches(translator, slots=2, fixed_shape=fixed_shape, max_bytes=0)
+    probe.add("a", ids, options[0])
+    probe.add("b", ids, options[0])
+    probe.step()
+    one_shape = probe.bytes_in_use()  # its batch's buffers (fixed shape), or what its two sentences count (eager)
+    assert one_shape > 0
+    batches = RunningBatches(translator, slots=2, fixed_shape=fixed_shape, max_bytes=int(budget * one_shape))
+    for shape, o in enumerate(options):
+        batches.add((shape, 0), ids, o)
+        batches.add((shape, 1), ids, o)
+    results, started, most = {}, [], 0
+    while batches.busy:
+        results.update(batches.step())
+        most = max(most, len(batches.batches))
+        assert batches.bytes_in_use() <= max(batches.max_bytes, one_shape)
+        for shape, _ in sorted(batches.sentences):
+            if shape not in started:
+                started.append(shape)
+    assert most == (2 if budget > 1 else 1) and started == list(range(5))
+    for (shape, _), decoded in results.items():
+        [expected] = translator.decode([ids], options[shape])
+        assert [d.token_ids for d in decoded] == [d.token_ids for d in expected]
+
+
+@pytest.mark.parametrize("fixed_shape", [False, True], ids=["eager", "fixed-shape"])
 def test_a_failing_batch_fails_its_own_sentences_only(tiny_sentinel_checkpoint, monkeypatch, fixed_shape):
     from model.options import DecodingOptions
     from model.running import RunningBatches

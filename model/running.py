@@ -536,7 +536,7 @@ class RunningBatches:
             dtype = weight.dtype if weight.dtype.is_floating_point else torch.float32
             buffers = SearchBuffers(self.translator.model.config, bucket, dtype, torch.device("meta"))
             found = buffers.nbytes + (math.prod(buffers.attention_shape) * 4 if attention else 0)  # float32
-            found = self._bucket_bytes[(bucket, attention)] = found
+            self._bucket_bytes[(bucket, attention)] = found
         return found
 
     def bytes_in_use(self) -> int:

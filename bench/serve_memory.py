@@ -3,7 +3,8 @@ and which of them holds the language detector (lingua mapped), with the seconds 
 
     python bench/serve_memory.py --model checkpoints/en-de [--http-processes 2] [--detect-languages all]
 
-A throwaway redis-server (Debian's) and the server on free local ports; the server is stopped after.
+The server on a free local port (the engine process keeps the HTTP processes' store: no Redis);
+it is stopped after.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.service import free_port, start_redis  # noqa: E402
+from bench.service import free_port  # noqa: E402
 
 
 def children(pid: int) -> list[int]:
@@ -43,10 +44,9 @@ def main() -> None:
     p.add_argument("--http-processes", type=int, default=2)
     p.add_argument("--detect-languages", default="", help="NMT_DETECT_LANGUAGES (default: all 75)")
     args = p.parse_args()
-    redis, redis_url = start_redis()
     port = free_port()
     env = {**os.environ, "NMT_HTTP_PROCESSES": str(args.http_processes), "NMT_MODEL_DIRS": args.model,
-           "NMT_REDIS_URL": redis_url, "NMT_WORKERS": "1", "NMT_DETECT_LANGUAGES": args.detect_languages}
+           "NMT_WORKERS": "1", "NMT_DETECT_LANGUAGES": args.detect_languages}
     started = time.monotonic()
     server = subprocess.Popen([sys.executable, "-m", "nmt", "serve", "--host", "127.0.0.1", "--port", str(port)],
                               cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -76,7 +76,6 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(60)
-        redis.terminate()
 
 
 if __name__ == "__main__":

@@ -588,10 +588,7 @@ class RunningBatches:
                     self.sentences.update((s.tag, s) for s in joining)
                     batch.admit([(s.tag, s.ids, s.cap) for s in joining], [s.n_best for s in joining])
             if not batch.running:  # nothing joined it: its buffers back, while its sentences (if any) wait
-                batch.close()
-                del self.batches[shape]
-                if not queue:
-                    self.waiting.pop(shape, None)
+                self._close(shape, queue)
                 return [], joins
             done = batch.step()
         except Exception as e:
@@ -600,11 +597,16 @@ class RunningBatches:
         for tag, hypotheses in done:
             sentence = self.sentences.pop(tag)
             finished.append((tag, [as_decoded(h, sentence.attention) for h in hypotheses[: sentence.n_best]]))
-        if not batch.running and not queue:  # its buffers (and graphs) back to the search, for the next
-            batch.close()
-            del self.batches[shape]
-            self.waiting.pop(shape, None)
+        if not batch.running and not queue:
+            self._close(shape, queue)
         return finished, joins
+
+    def _close(self, shape: Shape, queue: deque[_Sentence]) -> None:
+        """The batch of `shape` ends, its buffers (and graphs) back to the search for the next; its
+        queue goes too when empty."""
+        self.batches.pop(shape).close()
+        if not queue:
+            self.waiting.pop(shape, None)
 
     def _room(self) -> float:
         """Bytes the budget has left now."""

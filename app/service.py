@@ -45,7 +45,7 @@ from app.suggestions import SuggestionStore
 from app.worker import WorkerError
 from model import pipeline
 from model.clean import clean_text, lone_surrogate
-from model.options import DecodingOptions
+from model.options import MAX_LENGTH_A, MAX_LENGTH_B, DecodingOptions, length_cap
 from model.results import TranslationResult
 from model.terms import TermError, Terminology, report
 
@@ -450,23 +450,25 @@ class Service:
 
     async def translate_with_options(self, request: Request, texts: list[str], source: str, target: str,
                                      options: DecodingOptions, glossary, glossary_id: str | None, do_not_translate,
-                                     key: str | None, char_limit: int, refused: dict[str, bool]) -> list[LegResults]:
+                                     key: str | None, char_limit: int, refused: dict[str, bool],
+                                     attention_copies: int = 0) -> list[LegResults]:
         """Texts translated as /v1/translate does, each as one sequence, decoded as `options` say
         (a length penalty of None: each model's own), with the request's terms; one model for all
         (source 'auto': detected, and a 400 when the texts look like several languages). Through a
         pivot (`legs`; `refused` names what a pivot cannot give) the second leg translates the
-        first's best translations: every leg's results, in order."""
+        first's best translations: every leg's results, in order. attention_copies: how many
+        hypotheses' attention the request keeps per text (`attention_bounds`)."""
         out: list[LegResults] = []
         for leg in self.legs(source, target, refused):
             leg_glossary, keep = self.leg_terms(leg, glossary, do_not_translate)
             out.append(await self._translate_leg(request, texts, leg, options,
                                                  (leg_glossary, glossary_id if leg.first else None, keep, key),
-                                                 char_limit))
+                                                 char_limit, attention_copies))
             texts = [r.hypotheses[0].text for r in out[-1].results]
         return out
 
     async def _translate_leg(self, request: Request, texts: list[str], leg: Leg, options: DecodingOptions,
-                             term_args: tuple, char_limit: int) -> LegResults:
+                             term_args: tuple, char_limit: int, attention_copies: int) -> LegResults:
         texts = self.accept_texts(texts, "text", char_limit=char_limit)  # cleaned, as the model reads them
         resolved = await self.resolve_each(leg.source, leg.target, texts, "text")
         model = resolved[0][0]
@@ -481,7 +483,8 @@ class Service:
             options = replace(options, length_penalty=model.length_penalty)
         # a text whose best translation lacks an annotated term: again, its terms as sentinels
         outcome = await self.translate_plans(request, model, plans, options,
-                                             partial(self.prepare, model, texts, "text", terms, "spans"))
+                                             partial(self.prepare, model, texts, "text", terms, "spans"),
+                                             attention_copies=attention_copies)
         return LegResults(model, outcome.results, outcome.queue_s, outcome.compute_s)
 
     async def translate_file_texts(self, request: Request, texts: list[str], html: list[bool], source: str,
@@ -627,21 +630,49 @@ class Service:
 
     async def translate_plans(self, request: Request, model: ServedModel, plans: list[pipeline.Plan],
                               options: DecodingOptions, again: Callable[[list[int]], list[pipeline.Plan]],
-                              timeout_s: float | None = None) -> Outcome:
+                              timeout_s: float | None = None, attention_copies: int = 0) -> Outcome:
         """Decode prepared plans as one job and finish them (model/pipeline.py). A plan that chooses
         among its beams by its annotated terms and whose best still lacks one goes again, as
         `again(indices)` prepares it (its terms as sentinels, which the repair cannot lose), with
-        pipeline.retry_options."""
+        pipeline.retry_options. A 413 before decoding when the attention the request keeps
+        (`attention_copies` per text) could pass NMT_MAX_ATTENTION_VALUES."""
+        bounds = self.attention_bounds(model, plans, options, attention_copies)
         outcome = await self._decode_and_finish(request, model, plans, options, timeout_s)
         retried = pipeline.missed_terms(plans, outcome.results)
         if retried:
             self.metrics.term_retries.labels(model.id).inc(len(retried))
-            second = await self._decode_and_finish(request, model, await asyncio.to_thread(again, retried),
-                                                   pipeline.retry_options(options), timeout_s)
+            plans_again = await asyncio.to_thread(again, retried)
+            for i, bound in zip(retried, self.attention_bounds(model, plans_again, options, attention_copies, False)):
+                bounds[i] = bound
+            self.check_attention(model, bounds, attention_copies)
+            second = await self._decode_and_finish(request, model, plans_again, pipeline.retry_options(options),
+                                                   timeout_s)
             for i, result in zip(retried, second.results):
                 outcome.results[i] = result
             outcome.compute_s += second.compute_s
         return outcome
+
+    def attention_bounds(self, model: ServedModel, plans: list[pipeline.Plan], options: DecodingOptions,
+                         copies: int, check: bool = True) -> list[int]:
+        """Per plan, the most attention values the request can keep of it: `copies` hypotheses'
+        (decoder layers x heads x target x source tokens), each at the most target tokens its
+        source may get (model/options.py length_cap). With `check`, a 413 past the limit."""
+        config = model.config
+        heads = copies * config.decoder_layers * config.n_heads
+        bounds = [heads * len(p.ids) * length_cap(len(p.ids), options.max_length, config.max_positions) for p in plans]
+        if check:
+            self.check_attention(model, bounds, copies)
+        return bounds
+
+    def check_attention(self, model: ServedModel, bounds: list[int], copies: int) -> None:
+        limit = self.settings.max_attention_values
+        if sum(bounds) > limit:
+            c = model.config
+            raise ApiError(413, f"the attention asked for could hold {sum(bounds):,} values ({copies} hypotheses per "
+                           f"text x {c.decoder_layers} layers x {c.n_heads} heads x its source tokens x the most "
+                           f"target tokens it may get: max_length, else {MAX_LENGTH_A:g} x its source tokens + "
+                           f"{MAX_LENGTH_B}); at most {limit:,} per request (NMT_MAX_ATTENTION_VALUES): send fewer "
+                           "or shorter texts, fewer hypotheses, or a smaller max_length")
 
     async def _decode_and_finish(self, request: Request, model: ServedModel, plans: list[pipeline.Plan],
                                  options: DecodingOptions, timeout_s: float | None) -> Outcome:

@@ -8,11 +8,24 @@ A new option is a field here, its use in the search, and the HTTP field that set
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from model.config import MAX_BEAM
 
 MAX_REPETITION_PENALTY = 10.0
+# without a max_length, a translation gets at most MAX_LENGTH_A * source length + MAX_LENGTH_B new
+# tokens (EOS included), never more than MAX_LENGTH_CAP
+MAX_LENGTH_A, MAX_LENGTH_B, MAX_LENGTH_CAP = 1.5, 10, 256
+
+
+def length_cap(source_len: int, max_length: int | None, max_positions: int, a: float = MAX_LENGTH_A,
+               b: int = MAX_LENGTH_B, cap: int = MAX_LENGTH_CAP) -> int:
+    """New target tokens a source of `source_len` tokens may get, EOS included: max_length when
+    given, else a * source_len + b within `cap`; never more than the model's positions."""
+    if max_length:
+        return max(1, min(max_length, max_positions))
+    return max(1, min(cap, max_positions, math.ceil(a * source_len + b)))
 
 
 @dataclass(frozen=True)
@@ -21,7 +34,7 @@ class DecodingOptions:
     n_best: int = 1  # hypotheses returned per text, best first (at most beam_size)
     # hypotheses rank by log-prob / length^length_penalty; None: the model's own (its metadata)
     length_penalty: float | None = None
-    # most new target tokens, EOS included; None: the Translator's a * source length + b, capped
+    # most new target tokens, EOS included; None: a * source length + b, capped (`length_cap`)
     max_length: int | None = None
     min_length: int = 0  # EOS is not allowed before this many new tokens
     # a token the hypothesis already wrote has its logit divided by this (multiplied when negative): CTRL's

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -22,7 +21,7 @@ from model.config import length_penalty_of
 from model.cpu.fused import FusedInt8Decoder, can_fuse, fuse
 from model.cpu.weights import Int8Linear, can_prepack_bf16, prepack_linear_bf16, quantize_linear_int8
 from model.graphs import GraphedBeamSearch
-from model.options import DecodingOptions
+from model.options import MAX_LENGTH_A, MAX_LENGTH_B, MAX_LENGTH_CAP, DecodingOptions, length_cap
 from model.pipeline import Decoded
 from model.results import TranslationResult
 from model.search import Hypothesis, IncrementalDecoder, SelectFn, padded, select
@@ -62,7 +61,8 @@ def auto_dtype(device: str | torch.device) -> str:
 class Translator:
     def __init__(self, model: Transformer, tokenizer: Tokenizer, metadata: dict | None = None,
                  decoder: IncrementalDecoder | None = None, select_fn: SelectFn = select,
-                 max_length_a: float = 1.5, max_length_b: int = 10, max_length_cap: int = 256):
+                 max_length_a: float = MAX_LENGTH_A, max_length_b: int = MAX_LENGTH_B,
+                 max_length_cap: int = MAX_LENGTH_CAP):
         """A model in memory, used on its device and in its dtype as it is. decoder: what beam
         search runs (default: the model itself; the fused int8 engine, say), and select_fn its step
         after the decoder (search.select or kernels.select). Without a max_length, a
@@ -145,11 +145,10 @@ class Translator:
         return self.tokenizer.encode_source(pipeline.mask(self.reader, text).text)
 
     def length_cap(self, source_len: int, max_length: int | None) -> int:
-        """New target tokens allowed (EOS included): max_length when given (within the
-        model's positions), else a * source length + b within the hard cap."""
-        if max_length:
-            return max(1, min(max_length, self.config.max_positions))
-        return max(1, min(self.max_length_cap, math.ceil(self.max_length_a * source_len + self.max_length_b)))
+        """New target tokens allowed (EOS included): model/options.py's `length_cap`, with this
+        Translator's a, b and cap."""
+        return length_cap(source_len, max_length, self.config.max_positions, self.max_length_a, self.max_length_b,
+                          self.max_length_cap)
 
     def translate(self, sources: list[str] | list[list[int]], options: DecodingOptions | None = None, *,
                   batch_tokens: int = 4096, parallel: int = 1, terms: Terminology | list[Terminology | None] | None = None,

@@ -5,8 +5,10 @@ a real server in test_hostile_server.py."""
 
 from __future__ import annotations
 
+import re
 import time
 
+import numpy as np
 import pytest
 
 from app.body_limit import json_shape_problem
@@ -162,6 +164,43 @@ def test_attention_per_request_is_capped(limited):
             "n_best": 4, "beam_size": 4, "alignments": True}
     response = limited.post("/v1/translate", json=body)
     assert response.status_code == 413 and "NMT_MAX_ATTENTION_VALUES" in response.json()["error"]
+
+
+def test_attention_is_counted_before_decoding_at_the_most_target_tokens_a_text_may_get(tiny_sentinel_checkpoint):
+    """The count a 413 names bounds what decoding could return, and nothing is decoded past it: at
+    max_length m a request fits the limit and its attention within it, at m + 1 it is refused
+    without a worker decoding anything."""
+    limit = 5_000
+    settings = Settings(model_dirs=[str(tiny_sentinel_checkpoint)], workers=1, threads_per_worker=1, max_wait_ms=2,
+                        cache=False, max_attention_values=limit)
+
+    def translated(c) -> float:
+        found = re.search(r'nmt_translated_items_total\{model="en-de"\} (\S+)', c.get("/metrics").text)
+        return float(found.group(1)) if found else 0.0
+
+    with ready_client(settings) as c:
+        def ask(max_length: int, **more):
+            return c.post("/v1/translate", json={"text": "Open the file and save it now.", "source": "en",
+                                                 "target": "de", "beam_size": 2, "max_length": max_length,
+                                                 "include_attention": True, **more})
+
+        source_tokens = len(ask(1).json()["translations"][0]["source_tokens"])
+        per_target_token = 2 * 4 * source_tokens  # the tiny model's decoder layers x heads x source tokens
+        fits = limit // per_target_token
+        answered = ask(fits)
+        assert answered.status_code == 200, answered.text
+        attention = np.array(answered.json()["translations"][0]["attention"])
+        assert attention.shape[:2] == (2, 4) and attention.shape[3] == source_tokens and attention.size <= limit
+        before = translated(c)
+        refused = ask(fits + 1)
+        assert refused.status_code == 413, refused.text
+        assert f"{per_target_token * (fits + 1):,} values" in refused.json()["error"]
+        assert "max_length" in refused.json()["error"]
+        assert translated(c) == before  # refused before a worker saw it
+        # stored as alignments and returned inline: two copies of each text's attention
+        assert ask(fits // 2, alignments=True).status_code == 200
+        assert ask(fits // 2 + 1, alignments=True).status_code == 413
+        assert translated(c) == before + 1
 
 
 def test_get_routes_count_against_the_rate_limit(limited):

@@ -8,7 +8,6 @@ import time
 from fastapi import APIRouter, Header, Request
 
 from app.alignments import Alignment, compose, rounded
-from app.errors import ApiError
 from app.protocol import (
     Alternative,
     SpanRepair,
@@ -78,9 +77,9 @@ async def translate(body: TranslateRequest, request: Request, service: ServiceDe
     legs = await service.translate_with_options(
         request, texts, source, target, options, body.glossary, body.glossary_id, body.do_not_translate, key,
         char_limit, refused={"include_attention": body.include_attention, "n_best > 1": body.n_best > 1,
-                             "glossary_id": bool(body.glossary_id)})
-    for leg in legs:
-        _check_attention_size(leg.results, body, service.settings.max_attention_values)
+                             "glossary_id": bool(body.glossary_id)},
+        # the attention kept per text: every hypothesis's stored as alignments, the best one's in the response
+        attention_copies=(body.n_best if body.alignments else 0) + body.include_attention)
     outs = []
     for leg in legs:  # each leg's: its alignments stored when asked
         outs.append([await translation_out(service, request, leg.model.id, r, body) for r in leg.results])
@@ -103,17 +102,3 @@ async def translate(body: TranslateRequest, request: Request, service: ServiceDe
     return TranslateResponse(model=f"{source}-{target}", pivot=legs[0].model.target, translations=translations,
                              timing=timing)
 
-
-def _check_attention_size(results: list[TranslationResult], body: TranslateRequest, limit: int) -> None:
-    """A 413 when the attention this request asks for (every hypothesis's, stored as alignments;
-    the best one's, in the response) holds more than `limit` values (NMT_MAX_ATTENTION_VALUES)."""
-    values = 0
-    for r in results:
-        if body.alignments:
-            values += sum(h.attention.size for h in r.hypotheses if h.attention is not None)
-        if body.include_attention and r.hypotheses[0].attention is not None:
-            values += r.hypotheses[0].attention.size
-    if values > limit:
-        raise ApiError(413, f"the attention asked for holds {values:,} values (layers x heads x target x source "
-                       f"tokens, per text and hypothesis); at most {limit:,} per request (NMT_MAX_ATTENTION_VALUES): "
-                       "send fewer or shorter texts, or fewer hypotheses")

@@ -668,8 +668,9 @@ class Service:
         limit = self.settings.max_attention_values
         if sum(bounds) > limit:
             c = model.config
-            raise ApiError(413, f"the attention asked for could hold {sum(bounds):,} values ({copies} hypotheses per "
-                           f"text x {c.decoder_layers} layers x {c.n_heads} heads x its source tokens x the most "
+            hypotheses = "hypothesis" if copies == 1 else "hypotheses"
+            raise ApiError(413, f"the attention asked for could hold {sum(bounds):,} values ({copies} {hypotheses} "
+                           f"per text x {c.decoder_layers} layers x {c.n_heads} heads x its source tokens x the most "
                            f"target tokens it may get: max_length, else {MAX_LENGTH_A:g} x its source tokens + "
                            f"{MAX_LENGTH_B}); at most {limit:,} per request (NMT_MAX_ATTENTION_VALUES): send fewer "
                            "or shorter texts, fewer hypotheses, or a smaller max_length")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -27,33 +26,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.engine import converted_for_ct2  # noqa: E402
+from bench.sentences import prose_sentences  # noqa: E402
 from model import kernels  # noqa: E402
 from model.checkpoint import load_checkpoint  # noqa: E402
-
-
-def prose_sentences(commit: str | None = None) -> list[str]:
-    """The English sentences of this repository's Markdown prose (no tables, code or headings), as
-    the working tree has it or, to measure on the same sentences later, as `commit` had it."""
-    names = ["README.md", "SECURITY.md", "BENCHMARKS.md"]
-    if commit is None:
-        names += [str(path.relative_to(ROOT)) for path in sorted((ROOT / "docs").glob("*.md"))]
-        texts = [(ROOT / name).read_text(encoding="utf-8") for name in names if (ROOT / name).is_file()]
-    else:
-        listed = subprocess.run(["git", "ls-tree", "--name-only", commit, "docs/"], cwd=ROOT, capture_output=True,
-                                text=True, check=True).stdout.split()
-        names += sorted(name for name in listed if name.endswith(".md"))
-        texts = [subprocess.run(["git", "show", f"{commit}:{name}"], cwd=ROOT, capture_output=True, text=True,
-                                check=True).stdout for name in names]
-    text = re.sub(r"`[^`]*`", "", "\n\n".join(texts))
-    found: dict[str, None] = {}
-    for block in re.split(r"\n\s*\n|\n(?=- )", text):
-        block = block.strip().removeprefix("- ")
-        if block.startswith(("|", "#", "```")) or block.startswith("    "):
-            continue
-        for sentence in re.split(r"(?<=[.!?])\s+", " ".join(block.split())):
-            if 5 <= len(sentence.split()) <= 30 and sentence[-1] in ".!?" and not re.search(r"[_/=<>{}\[\]*|]", sentence):
-                found[sentence] = None
-    return list(found)
 
 
 def ours(model: Path, sentences_file: Path, dtype: str, path: str | None) -> list[str]:

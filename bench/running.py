@@ -37,7 +37,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from app.settings import Settings  # noqa: E402
-from bench.service import FALLBACK, load_sentences, sentences_used  # noqa: E402
+from bench.sentences import FALLBACK, load_sentences, sentences_used  # noqa: E402
 from model import graphs, running  # noqa: E402
 from model.options import DecodingOptions  # noqa: E402
 from model.translator import Translator  # noqa: E402
@@ -90,7 +90,7 @@ def main() -> None:
     p.add_argument("--model", default="checkpoints/en-de")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when there is one)")
     p.add_argument("--dtype", default="auto")
-    p.add_argument("--data", help="one sentence per line (default: bench/service.py's built-in sentences)")
+    p.add_argument("--data", help="one sentence per line, or prose@REV (bench/sentences.py; default: its built-in sentences)")
     p.add_argument("--sentences", type=int, default=3000, help="sentences decoded by each")
     p.add_argument("--in-flight", type=int, default=64, help="sentences in the running batch at any time")
     p.add_argument("--slots", type=int, default=64, help="NMT_RUNNING_SLOTS")

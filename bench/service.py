@@ -38,25 +38,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-FALLBACK = ["Open the file and save your changes.", "Click the button to print the document.",
-            "The quick brown fox jumps over the lazy dog.", "Hello world, this is a small test sentence.",
-            "Choose Tools - Options and then click the General tab.", "Enter a name for the dialog and click OK."]
-
-
-def load_sentences(path: str | None, limit: int) -> list[str]:
-    if path and Path(path).is_file():
-        lines = [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines()]
-        return [line for line in lines if line][:limit]
-    return FALLBACK
-
-
-def sentences_used(path: str | None, sentences: list[str]) -> str:
-    """Which sentences a run translated, for its output: numbers from the built-in six short ones
-    (where --data is missing) are not comparable with a corpus's."""
-    if sentences is FALLBACK:
-        return f"the {len(FALLBACK)} built-in sentences" + (f" ({path} not found)" if path else "")
-    words = sorted(len(s.split()) for s in sentences)
-    return f"{path}: {len(sentences)} sentences, median {words[len(words) // 2]} words"
+from bench.sentences import load_sentences, sentences_used  # noqa: E402
 
 
 def free_port() -> int:
@@ -313,7 +295,9 @@ def percentile(values: list[float], q: float) -> float:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="checkpoints/en-de", help="checkpoint directory (served, and run offline)")
-    p.add_argument("--data", default="data/corpus/test_sw.en", help="one sentence per line (built-in if missing)")
+    p.add_argument("--data", default="data/corpus/test_sw.en",
+                   help="one sentence per line, or prose@REV: the repository's Markdown prose at REV "
+                   "(bench/sentences.py); built-in if missing")
     p.add_argument("--limit", type=int, default=1000, help="use the first N sentences")
     p.add_argument("--clients", type=int, default=64, help="closed loop: clients sending back to back")
     p.add_argument("--rate", type=float, default=0.0, help="open loop instead: Poisson arrivals of this many "

@@ -13,7 +13,8 @@ balancer; the clients are spread over them round robin), and the numbers are the
 --url the server is started here (uvicorn app.main:app on 127.0.0.1, settings from
 --workers/--threads-per-worker/... or the NMT_* environment). Then the offline Translator
 translates the same sentences in one call (length-sorted token-budget batches), with 1 thread
-and with all cores, for comparison. Tokens are source tokens (EOS included), counted with the
+and with all cores, and on a CPU also as `nmt translate --parallel N` does (N batches at once, one
+thread each, N the cores), for comparison. Tokens are source tokens (EOS included), counted with the
 model's tokenizer. The clients share the machine with the server: on few cores they take a
 visible part of it. The clients repeat sentences, so a started server runs without its
 translation cache (NMT_CACHE=false); a server given with --url runs as it is configured.
@@ -271,7 +272,7 @@ async def load_test(urls: list[str], sentences: list[str], pair: dict, args, ser
             "queue_wait_ms": mean_ms("nmt_queue_wait_seconds"), "compute_ms": mean_ms("nmt_compute_seconds")}
 
 
-def offline(model: str, sentences: list[str], threads: int, args) -> tuple[float, int]:
+def offline(model: str, sentences: list[str], threads: int, args, parallel: int = 1) -> tuple[float, int]:
     import torch
 
     from app.settings import Settings
@@ -284,7 +285,7 @@ def offline(model: str, sentences: list[str], threads: int, args) -> tuple[float
     # the service's budget: NMT_BATCH_TOKENS, else its default for the device
     budget = Settings(batch_tokens=args.batch_tokens or 0).batch_token_budget(translator.device.type)
     start = time.perf_counter()
-    translator.translate(sentences, beam_size=args.beam_size, batch_tokens=budget)
+    translator.translate(sentences, beam_size=args.beam_size, batch_tokens=budget, parallel=parallel)
     return time.perf_counter() - start, sum(len(translator.encode(s)) for s in sentences)
 
 
@@ -374,9 +375,13 @@ def main() -> None:
         # built-in one, is cycled through): the same work, in one call
         translated = [sentences[i] for i in run["sent"]] or sentences[:1]
         cores = os.cpu_count() or 1
-        for threads in sorted({int(t) for t in (args.offline_threads or f"1,{cores}").split(",")}):
-            seconds, tokens = offline(args.model, translated, threads, args)
-            rows.append({"what": f"offline Translator, one call, {threads} thread(s)",
+        runs = [(int(t), 1) for t in sorted({int(t) for t in (args.offline_threads or f"1,{cores}").split(",")})]
+        if cores > 1 and (args.device or "cpu") == "cpu":
+            runs.append((1, cores))  # `nmt translate --parallel N`: a batch per core
+        for threads, parallel in runs:
+            seconds, tokens = offline(args.model, translated, threads, args, parallel)
+            how = f"{threads} thread(s)" if parallel == 1 else f"parallel {parallel} (1 thread each)"
+            rows.append({"what": f"offline Translator, one call, {how}",
                          "sentences_per_s": len(translated) / seconds, "tokens_per_s": tokens / seconds,
                          "p50_ms": None, "p95_ms": None, "p99_ms": None})
 

@@ -65,3 +65,16 @@ def test_cors_preflight():
     client = TestClient(app)  # no lifespan: the preflight needs no model
     r = client.options("/v1/translate", headers={"Origin": "https://ui.example", "Access-Control-Request-Method": "POST"})
     assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://ui.example"
+
+
+def test_every_setting_is_in_the_configuration_table():
+    """docs/configuration.md names every variable Settings reads, with its default where the row
+    is one variable's."""
+    table = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text(encoding="utf-8")
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| `NMT_")}
+    missing = [name for name in Settings.model_fields
+               if not any(f"`NMT_{name.upper()}`" in variables for variables in rows)]
+    assert not missing, f"not in docs/configuration.md: {', '.join('NMT_' + m.upper() for m in missing)}"
+    for name in ("max_attention_values", "client_alignment_bytes", "max_key_failures", "client_file_bytes"):
+        default = Settings.model_fields[name].default
+        assert f"| `{default}` |" in rows[f"`NMT_{name.upper()}`"], name

@@ -33,6 +33,7 @@ from app.documents.limits import Limits
 from app.engine import Engine, RemoteEngine, WorkerState
 from app.errors import ApiError
 from app.glossaries import inline_terminology, kept_by_second_leg, open_glossaries, owner_of
+from app.in_flight import AttentionInFlight
 from app.keys import configured_key, open_keys
 from app.language import DetectionUnavailable, LanguageDetector, RemoteDetector
 from app.limits import RateLimiter
@@ -133,6 +134,7 @@ class Service:
     def __init__(self, settings: Settings):
         self.settings = settings
         self.metrics = Metrics()
+        self.attention_in_flight = AttentionInFlight(settings.attention_in_flight_values)
         # several HTTP processes (`nmt serve`): the engine process, over its socket (else start() makes the Engine)
         self.remote = RemoteEngine(settings.engine_socket) if settings.engine_socket else None
         # Redis, shared with other replicas; else, with several HTTP processes, the engine process's
@@ -635,16 +637,22 @@ class Service:
         among its beams by its annotated terms and whose best still lacks one goes again, as
         `again(indices)` prepares it (its terms as sentinels, which the repair cannot lose), with
         pipeline.retry_options. A 413 before decoding when the attention the request keeps
-        (`attention_copies` per text) could pass NMT_MAX_ATTENTION_VALUES."""
+        (`attention_copies` per text) could pass NMT_MAX_ATTENTION_VALUES, a 429 when it could
+        pass what requests in flight may hold together (app/in_flight.py)."""
         bounds = self.attention_bounds(model, plans, options, attention_copies)
+        if attention_copies:
+            self.attention_in_flight.reserve(request.scope, sum(bounds))
         outcome = await self._decode_and_finish(request, model, plans, options, timeout_s)
         retried = pipeline.missed_terms(plans, outcome.results)
         if retried:
             self.metrics.term_retries.labels(model.id).inc(len(retried))
             plans_again = await asyncio.to_thread(again, retried)
-            for i, bound in zip(retried, self.attention_bounds(model, plans_again, options, attention_copies, False)):
+            again_bounds = self.attention_bounds(model, plans_again, options, attention_copies, False)
+            for i, bound in zip(retried, again_bounds):
                 bounds[i] = bound
             self.check_attention(model, bounds, attention_copies)
+            if attention_copies:
+                self.attention_in_flight.reserve(request.scope, sum(again_bounds))
             second = await self._decode_and_finish(request, model, plans_again, pipeline.retry_options(options),
                                                    timeout_s)
             for i, result in zip(retried, second.results):

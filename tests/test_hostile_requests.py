@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
 from app.body_limit import json_shape_problem
 from app.markup import split_document, split_html
+from app.pipe import FAULT_SLOW
 from app.settings import Settings
 from model.protect import find_spans, take_out
 from model.sentences import split_sentences
@@ -201,6 +203,35 @@ def test_attention_is_counted_before_decoding_at_the_most_target_tokens_a_text_m
         assert ask(fits // 2, alignments=True).status_code == 200
         assert ask(fits // 2 + 1, alignments=True).status_code == 413
         assert translated(c) == before + 1
+
+
+def test_attention_in_flight_is_held_within_one_budget_until_each_response_is_sent(tiny_sentinel_checkpoint):
+    """While one request that keeps attention is in flight (here held by a worker fault), another
+    that would pass NMT_ATTENTION_IN_FLIGHT_VALUES together with it gets 429 (a request alone goes
+    through, whatever its bound); requests without attention are not held back; once the first is
+    answered, its reservation is gone."""
+    settings = Settings(model_dirs=[str(tiny_sentinel_checkpoint)], workers=1, threads_per_worker=1, max_wait_ms=2,
+                        cache=False, fault_injection=True, request_timeout_s=20, max_attention_values=5_000,
+                        attention_in_flight_values=1_000)  # under each request's bound: one at a time
+    body = {"source": "en", "target": "de", "beam_size": 2, "max_length": 8, "include_attention": True}
+    with ready_client(settings) as c:
+        in_flight = c.app.state.service.attention_in_flight
+        with ThreadPoolExecutor(1) as pool:
+            slow = pool.submit(c.post, "/v1/translate", json={**body, "text": f"Open the {FAULT_SLOW} file."})
+            deadline = time.monotonic() + 10
+            while not in_flight.values:  # until the slow one has reserved its attention
+                assert time.monotonic() < deadline and not slow.done()
+                time.sleep(0.01)
+            held = in_flight.values
+            refused = c.post("/v1/translate", json={**body, "text": "Save the file."})
+            assert refused.status_code == 429, refused.text
+            assert "NMT_ATTENTION_IN_FLIGHT_VALUES" in refused.json()["error"] and f"{held:,}" in refused.json()["error"]
+            plain = {k: v for k, v in body.items() if k != "include_attention"}
+            assert c.post("/v1/translate", json={**plain, "text": "Save the file."}).status_code == 200
+            assert slow.result().status_code == 200
+        assert in_flight.values == 0  # released once the response went out
+        assert c.post("/v1/translate", json={**body, "text": "Save the file."}).status_code == 200
+        assert in_flight.values == 0
 
 
 def test_get_routes_count_against_the_rate_limit(limited):

@@ -76,6 +76,8 @@ def main() -> None:
             t = time.perf_counter()
             httpx.get(f"{url}/health", timeout=30)
             health.append(time.perf_counter() - t)
+            if health[-1] > 0.1:
+                print(f"  /health took {1000 * health[-1]:.0f} ms at {t - start:.1f} s")
             time.sleep(0.2)
         statuses: dict[str, int] = {}
         for connection in connections:

@@ -20,7 +20,7 @@ rm -rf "$out" && mkdir -p "$out"
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   --platform manylinux1_x86_64 --platform linux_x86_64 \
   fastapi starlette opentelemetry-api pydantic pydantic-core pydantic-settings python-dotenv \
-  typing-inspection annotated-types typing-extensions uvicorn httptools python-multipart polib redis
+  typing-inspection annotated-types typing-extensions uvicorn httptools python-multipart polib redis orjson
 # Debian's redis-server and redis-cli with the libraries they link (~9 MB), for the service rows
 # with several HTTP processes, should the GPU machine lack them: each behind a wrapper that points
 # the loader at its own libraries (redis-server is redis-check-rdb, which acts by the name it runs as)

@@ -108,11 +108,10 @@ async def translate(body: TranslateRequest, request: Request, service: ServiceDe
 
 def json_response(response: TranslateResponse, attention: list | None) -> Response:
     """The response as JSON, each translation's attention (when asked for) written from its array
-    by orjson: millions of floats take ~0.03 s there, where FastAPI's way (a Python float each,
+    by orjson: 1.6 million floats take ~0.05 s there, where FastAPI's way (a Python float each,
     validated, then json.dumps) took ~0.7 s of the event loop for a long text."""
     content = response.model_dump(mode="json", by_alias=True, exclude_none=True)
     for out, each in zip(content["translations"], attention or []):
         if each is not None:
             out["attention"] = rounded_array(each)
     return Response(orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json")
-

@@ -138,12 +138,7 @@ def hard_alignment(source_tokens: list[str], target_tokens: list[str], attention
     return " ".join(f"{columns[best[t]]}-{t}" for t, token in enumerate(target_tokens) if token != EOS)
 
 
-def rounded(attention) -> list:
-    # 6 decimals (in float64, so they print short): a third of the JSON, the same picture
-    return np.round(np.asarray(attention, dtype=np.float64), 6).tolist()
-
-
 def rounded_array(attention) -> np.ndarray:
-    """`rounded` as a float32 array, for orjson (which prints each in its shortest float32 form: 6
-    decimals, within 1e-6 of `rounded`'s), without a Python float per value."""
+    """Attention as the API writes it: 6 decimals (a third of the JSON, the same picture), float32,
+    which orjson prints in its shortest form (app/routers: `with_attention`)."""
     return np.round(np.asarray(attention, dtype=np.float32), 6)

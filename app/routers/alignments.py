@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 from typing import Literal
 
-from fastapi import APIRouter, Header, Path, Query, Request
+from fastapi import APIRouter, Header, Path, Query, Request, Response
 
-from app.alignments import hard_alignment, rounded, select, to_words
+from app.alignments import hard_alignment, select, to_words
 from app.errors import ApiError
 from app.protocol import AlignmentResponse
-from app.routers import ServiceDep, errors
+from app.routers import ServiceDep, errors, with_attention
 
 router = APIRouter(tags=["alignments"])
 
@@ -48,15 +48,15 @@ async def get_alignment(
     _check("layer", layer, layers)
     _check("head", head, heads)
 
-    def view() -> AlignmentResponse:  # the reductions, off the event loop
+    def view() -> Response:  # the reductions and the JSON, off the event loop
         attention = select(select(stored.attention, 0, layer), 1, head)
         source_tokens, target_tokens = stored.source_tokens, stored.target_tokens
         if granularity == "word":
             source_tokens, target_tokens, attention = to_words(source_tokens, target_tokens, attention)
-        return AlignmentResponse(
+        response = AlignmentResponse(
             id=alignment_id, model=stored.model, source_tokens=source_tokens, target_tokens=target_tokens,
             layers=layers, heads=heads, granularity=granularity, layer=layer, head=head,
-            attention=rounded(attention), hard_alignment=hard_alignment(source_tokens, target_tokens, attention)
-            if hard else None)
+            attention=[], hard_alignment=hard_alignment(source_tokens, target_tokens, attention) if hard else None)
+        return with_attention(response, {("attention",): attention})  # written from the array
 
     return await asyncio.to_thread(view)

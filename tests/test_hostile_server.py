@@ -2,7 +2,9 @@
 with /health polled every 50 ms meanwhile: each gets its answer within a second, and /health never
 waits 100 ms. Before, each froze the whole server for seconds (JSON scan, sentence splitter, span
 patterns, HTML parser, client-built glossary regexes). And `nmt serve` takes X-Forwarded-For
-from nobody unless NMT_TRUST_FORWARDED_FOR says so.
+from nobody unless NMT_TRUST_FORWARDED_FOR says so. And clients that ask for attention and never
+read it hold no more of the server's memory than NMT_ATTENTION_IN_FLIGHT_VALUES lets through
+(without it, 60 of them grew the server by ~1 GB here).
 
 Run with `-s` to print the table of answer times and /health's slowest answer (SECURITY.md)."""
 
@@ -140,3 +142,50 @@ def test_nmt_serve_counts_limits_by_the_peer_not_by_x_forwarded_for(tiny_sentine
     finally:
         process.terminate()
         process.wait(30)
+
+
+def test_clients_that_never_read_their_attention_hold_no_more_than_the_budget(tiny_sentinel_checkpoint):
+    """60 connections each ask for the attention of 16 long texts (~14 MB of JSON) and read
+    nothing: past NMT_ATTENTION_IN_FLIGHT_VALUES they get 429 at once, so the server grows by what
+    the budget lets through (here two or three answers), not by what 60 unread answers would hold;
+    /health keeps answering meanwhile (app/in_flight.py)."""
+    from tests.test_untrusted_server import tree_rss
+
+    text = " ".join(["Open the file and save it now."] * 5)  # ~110 of the tiny model's 128 positions
+    body = json.dumps({"text": [text] * 16, "source": "en", "target": "de", "beam_size": 1, "max_length": 128,
+                       "include_attention": True}).encode()
+    with running_server({"NMT_MODEL_DIRS": str(tiny_sentinel_checkpoint), "NMT_WORKERS": "1",
+                         "NMT_THREADS_PER_WORKER": "1", "NMT_DETECT_LANGUAGES": "en,de", "NMT_CACHE": "false",
+                         "NMT_ATTENTION_IN_FLIGHT_VALUES": "4000000"}) as (url, process):
+        one = httpx.post(f"{url}/v1/translate", content=body, headers={"content-type": "application/json"}, timeout=60)
+        assert one.status_code == 200, one.text[:300]
+        answer_bytes = len(one.content)
+        assert answer_bytes > 8 * MiB  # more than the kernel's socket buffers take off the server
+        port = int(url.rsplit(":", 1)[1])
+        request = (b"POST /v1/translate HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: %d\r\n\r\n" % len(body)) + body
+        before, peak, connections = tree_rss(process.pid), 0, []
+        try:
+            with HealthPoller(url) as health:
+                for _ in range(60):
+                    connection = socket.create_connection(("127.0.0.1", port))
+                    connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                    connection.sendall(request)
+                    connections.append(connection)
+                deadline = time.monotonic() + 8
+                while time.monotonic() < deadline:
+                    peak = max(peak, tree_rss(process.pid))
+                    time.sleep(0.05)
+            statuses = []
+            for connection in connections:
+                connection.settimeout(60)
+                statuses.append(connection.recv(12).split(b" ")[1])
+        finally:
+            for connection in connections:
+                connection.close()
+        print(f"\n60 unread attention requests: {statuses.count(b'200')} answered, {statuses.count(b'429')} "
+              f"refused; server tree +{(peak - before) / MiB:.0f} MiB (one answer {answer_bytes / MiB:.1f} MiB); "
+              f"/health slowest {1000 * health.slowest:.0f} ms of {health.answers}")
+        assert statuses.count(b"429") >= 55 and statuses.count(b"200") + statuses.count(b"429") == 60
+        assert peak - before < 10 * answer_bytes  # 60 unread answers would hold 60 x that
+        assert health.answers >= 20 and health.slowest < 1.0

@@ -140,5 +140,5 @@ def hard_alignment(source_tokens: list[str], target_tokens: list[str], attention
 
 def rounded_array(attention) -> np.ndarray:
     """Attention as the API writes it: 6 decimals (a third of the JSON, the same picture), float32,
-    which orjson prints in its shortest form (app/routers: `with_attention`)."""
+    which orjson prints in its shortest form (app/routers: `json_response`)."""
     return np.round(np.asarray(attention, dtype=np.float32), 6)

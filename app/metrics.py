@@ -87,17 +87,20 @@ class Metrics:
         for gauge, value in zip(self._engine_gauges, self._engine_sample()):
             gauge.set(value)
 
+    def _store_readings(self, storage) -> dict[Gauge, Callable[[], float]]:
+        return {self.alignments: lambda: storage.count("alignment"),
+                self.alignment_bytes: lambda: storage.bytes.get("alignment", 0),
+                self.file_bytes: lambda: storage.bytes.get("file", 0)}
+
     def store_gauges(self, storage) -> None:
         """The store's gauges read `storage` (a MemoryStorage) at each scrape."""
-        self.alignments.set_function(lambda: storage.count("alignment"))
-        self.alignment_bytes.set_function(lambda: storage.bytes.get("alignment", 0))
-        self.file_bytes.set_function(lambda: storage.bytes.get("file", 0))
+        for gauge, read in self._store_readings(storage).items():
+            gauge.set_function(read)
 
     def update_store_gauges(self, storage) -> None:
         """With several processes (no scrape reaches a function of this one's): set them now."""
-        self.alignments.set(storage.count("alignment"))
-        self.alignment_bytes.set(storage.bytes.get("alignment", 0))
-        self.file_bytes.set(storage.bytes.get("file", 0))
+        for gauge, read in self._store_readings(storage).items():
+            gauge.set(read())
 
     def exposition(self) -> bytes:
         """The Prometheus text of this process's metrics, or of every process's with several."""

@@ -640,19 +640,16 @@ class Service:
         (`attention_copies` per text) could pass NMT_MAX_ATTENTION_VALUES, a 429 when it could
         pass what requests in flight may hold together (app/in_flight.py)."""
         bounds = self.attention_bounds(model, plans, options, attention_copies)
-        if attention_copies:
-            self.attention_in_flight.reserve(request.scope, sum(bounds))
+        self.hold_attention(request, model, bounds, attention_copies, sum(bounds))
         outcome = await self._decode_and_finish(request, model, plans, options, timeout_s)
         retried = pipeline.missed_terms(plans, outcome.results)
         if retried:
             self.metrics.term_retries.labels(model.id).inc(len(retried))
             plans_again = await asyncio.to_thread(again, retried)
-            again_bounds = self.attention_bounds(model, plans_again, options, attention_copies, False)
-            for i, bound in zip(retried, again_bounds):
-                bounds[i] = bound
-            self.check_attention(model, bounds, attention_copies)
-            if attention_copies:
-                self.attention_in_flight.reserve(request.scope, sum(again_bounds))
+            held = sum(bounds)
+            for i, bound in zip(retried, self.attention_bounds(model, plans_again, options, attention_copies)):
+                bounds[i] = bound  # a text decoded again keeps the second decoding's attention
+            self.hold_attention(request, model, bounds, attention_copies, max(0, sum(bounds) - held))
             second = await self._decode_and_finish(request, model, plans_again, pipeline.retry_options(options),
                                                    timeout_s)
             for i, result in zip(retried, second.results):
@@ -660,19 +657,22 @@ class Service:
             outcome.compute_s += second.compute_s
         return outcome
 
-    def attention_bounds(self, model: ServedModel, plans: list[pipeline.Plan], options: DecodingOptions,
-                         copies: int, check: bool = True) -> list[int]:
+    @staticmethod
+    def attention_bounds(model: ServedModel, plans: list[pipeline.Plan], options: DecodingOptions,
+                         copies: int) -> list[int]:
         """Per plan, the most attention values the request can keep of it: `copies` hypotheses'
         (decoder layers x heads x target x source tokens), each at the most target tokens its
-        source may get (model/options.py length_cap). With `check`, a 413 past the limit."""
+        source may get (model/options.py length_cap)."""
         config = model.config
         heads = copies * config.decoder_layers * config.n_heads
-        bounds = [heads * len(p.ids) * length_cap(len(p.ids), options.max_length, config.max_positions) for p in plans]
-        if check:
-            self.check_attention(model, bounds, copies)
-        return bounds
+        return [heads * len(p.ids) * length_cap(len(p.ids), options.max_length, config.max_positions) for p in plans]
 
-    def check_attention(self, model: ServedModel, bounds: list[int], copies: int) -> None:
+    def hold_attention(self, request: Request, model: ServedModel, bounds: list[int], copies: int,
+                       more: int) -> None:
+        """With attention asked for: a 413 when `bounds` together pass NMT_MAX_ATTENTION_VALUES,
+        else `more` of them reserved for the request in flight (app/in_flight.py: 429 past its budget)."""
+        if not copies:
+            return
         limit = self.settings.max_attention_values
         if sum(bounds) > limit:
             c = model.config
@@ -682,6 +682,7 @@ class Service:
                            f"target tokens it may get: max_length, else {MAX_LENGTH_A:g} x its source tokens + "
                            f"{MAX_LENGTH_B}); at most {limit:,} per request (NMT_MAX_ATTENTION_VALUES): send fewer "
                            "or shorter texts, fewer hypotheses, or a smaller max_length")
+        self.attention_in_flight.reserve(request.scope, more)
 
     async def _decode_and_finish(self, request: Request, model: ServedModel, plans: list[pipeline.Plan],
                                  options: DecodingOptions, timeout_s: float | None) -> Outcome:

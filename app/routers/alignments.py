@@ -7,10 +7,10 @@ from typing import Literal
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
-from app.alignments import hard_alignment, select, to_words
+from app.alignments import hard_alignment, rounded_array, select, to_words
 from app.errors import ApiError
 from app.protocol import AlignmentResponse
-from app.routers import ServiceDep, errors, with_attention
+from app.routers import ServiceDep, errors, json_response
 
 router = APIRouter(tags=["alignments"])
 
@@ -57,6 +57,8 @@ async def get_alignment(
             id=alignment_id, model=stored.model, source_tokens=source_tokens, target_tokens=target_tokens,
             layers=layers, heads=heads, granularity=granularity, layer=layer, head=head,
             attention=[], hard_alignment=hard_alignment(source_tokens, target_tokens, attention) if hard else None)
-        return with_attention(response, {("attention",): attention})  # written from the array
+        content = response.model_dump(mode="json")
+        content["attention"] = rounded_array(attention)  # written from the array
+        return json_response(content)
 
     return await asyncio.to_thread(view)

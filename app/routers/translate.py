@@ -7,7 +7,7 @@ import time
 
 from fastapi import APIRouter, Header, Request
 
-from app.alignments import Alignment, compose
+from app.alignments import Alignment, compose, rounded_array
 from app.protocol import (
     Alternative,
     SpanRepair,
@@ -17,7 +17,7 @@ from app.protocol import (
     TranslateResponse,
     TranslationOut,
 )
-from app.routers import ServiceDep, errors, with_attention
+from app.routers import ServiceDep, errors, json_response
 from app.service import Service
 from model.options import DecodingOptions
 from model.results import Translation, TranslationResult
@@ -51,7 +51,7 @@ async def translation_out(service: Service, request: Request, model_id: str, res
         text=best.text, score=finite(best.score), alignment_id=stored.get(0), span_repair=repair(best),
         alternatives=[Alternative(text=h.text, score=finite(h.score), alignment_id=stored.get(k + 1),
                                   span_repair=repair(h)) for k, h in enumerate(others)])
-    if body.include_attention:  # the attention goes into the JSON as an array (`with_attention`)
+    if body.include_attention:  # its attention goes into the JSON as an array (`translate`)
         out.source_tokens, out.target_tokens = result.source_tokens, best.target_tokens
     return out
 
@@ -101,7 +101,8 @@ async def translate(body: TranslateRequest, request: Request, service: ServiceDe
     else:
         response = TranslateResponse(model=f"{source}-{target}", pivot=legs[0].model.target,
                                      translations=translations, timing=timing)
-    # each translation's attention, inline when asked for: written from its array (`with_attention`)
-    inline = {("translations", i, "attention"): r.hypotheses[0].attention
-              for i, r in enumerate(legs[-1].results) if body.include_attention and r.hypotheses[0].attention is not None}
-    return with_attention(response, inline, exclude_none=True)
+    content = response.model_dump(mode="json", exclude_none=True)
+    if body.include_attention:  # each translation's attention, written from its array
+        for out, result in zip(content["translations"], legs[-1].results):
+            out["attention"] = rounded_array(result.hypotheses[0].attention)
+    return json_response(content)

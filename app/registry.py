@@ -184,7 +184,7 @@ class Registry:
         """With no model for source -> target but source -> B and B -> target, the language B
         (English when it can be, as packages are English-centric); None otherwise."""
         source, target = self.code(source), self.code(target)
-        if f"{source}-{target}" in self.models:
+        if f"{source}-{target}" in self.models or source == target:
             return None
         options = sorted(m.target for m in self.models.values() if m.source == source and f"{m.target}-{target}" in
                          self.models)
@@ -201,9 +201,12 @@ class Registry:
                   if self.pivot(s, t)]
         return ", ".join(sorted(self.models) + pivots)
 
-    def resolve(self, source: str, target: str, text: str = "") -> tuple[ServedModel, float | None]:
+    def resolve(self, source: str, target: str, text: str = "") -> tuple[ServedModel | None, float | None]:
         """(the model for source -> target, None), or with source 'auto' (the model, the confidence in
-        percent of the source language it chose); ValueError says what is served.
+        percent of the source language it chose); ValueError says what is served. The model is
+        None where the text is already in the target language (`source` is `target`, or 'auto'
+        finds the target language likeliest): the text is kept as it is, as Argos's identity
+        translation keeps it for LibreTranslate and as DeepL answers.
 
         'auto' detects the language of `text` (app/language.py) and takes it when a model translates
         from it into target, or a served language nearly as likely; a text that is clearly in
@@ -211,6 +214,8 @@ class Registry:
         language served into target, when there is one.
         """
         source, target = self.code(source), self.code(target)
+        if source == target and target in self.served:
+            return None, None
         if source != "auto":
             return self.model(source, target), None
         sources = [s for s in self.sources() if f"{s}-{target}" in self.models]
@@ -222,6 +227,8 @@ class Registry:
             raise ValueError(f"source 'auto' needs language detection, which is off; choose one of: "
                              f"{', '.join(sources)}")
         language, confidence, found = self.detector.choose(text, sources)
+        if found and found[0][0] == target:  # a German text asked for in German
+            return None, found[0][1]
         if language:
             return self.models[f"{language}-{target}"], confidence
         if not found:

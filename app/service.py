@@ -96,20 +96,27 @@ class Translated:
     """Texts translated as documents by Service.translate_texts."""
 
     versions: list[list[str]]  # per text: its best translation, then its alternatives
-    resolved: list[tuple[ServedModel, float | None]]  # per text: its (first) model, with 'auto' the confidence
+    sources: list[tuple[str, float | None]]  # per text: its source language, with 'auto' the confidence
     reports: list[dict[str, list[str]]] | None  # per text: terms applied, not applied, not found (None: no terms)
 
 
-def terms_reports(texts: list[str], versions: list[list[str]], resolved: list[tuple[ServedModel, float | None]],
-                  documents: list[markup.Document], terms: dict[str, Terminology | None],
+def terms_reports(texts: list[str], versions: list[list[str]], models: list[ServedModel | None],
+                  documents: list[markup.Document | None], terms: dict[str | None, Terminology | None],
                   ) -> list[dict[str, list[str]]] | None:
-    """Per text, which terms its best translation applied (model/terms.py); None without terms.
-    Matches every text again: client-sized, call it in a thread."""
+    """Per text, which terms its best translation applied (model/terms.py); None without terms. A
+    text kept as it is (no model, no document: already in the target language) applied its
+    do-not-translate terms and none of its glossary's. Matches every text again: client-sized,
+    call it in a thread."""
     if not any(terms.values()):
         return None
-    # every masked term is in the output (protect.repair); the others could not be masked
-    return [report(terms[model.id], {t.entry for t in terms[model.id].find(text)}, document.terms_used(own[0]))
-            for text, document, own, (model, _) in zip(texts, documents, versions, resolved)]
+    out = []
+    for text, document, own, model in zip(texts, documents, versions, models):
+        text_terms = terms[model and model.id] or Terminology()
+        found = text_terms.find(text)
+        # every masked term is in the output (protect.repair); the others could not be masked
+        used = document.terms_used(own[0]) if document else {t.entry for t in found if not t.glossary}
+        out.append(report(text_terms, {t.entry for t in found}, used))
+    return out
 
 
 async def _client_gone(request: Request) -> None:
@@ -339,7 +346,7 @@ class Service:
         return cleaned
 
     async def terminology(self, glossary, glossary_id: str | None, do_not_translate, key: str | None,
-                          model: ServedModel) -> Terminology | None:
+                          model: ServedModel | None) -> Terminology | None:
         """A request's terminology: its own glossary and do-not-translate terms, and the entries of
         the stored glossary `glossary_id` of its key (app/glossaries.py), which must be of the
         model's language pair. A 400 says what is wrong with them (an unknown id too)."""
@@ -473,6 +480,13 @@ class Service:
                              term_args: tuple, char_limit: int, attention_copies: int) -> LegResults:
         texts = self.accept_texts(texts, "text", char_limit=char_limit)  # cleaned, as the model reads them
         resolved = await self.resolve_each(leg.source, leg.target, texts, "text")
+        kept = next((i for i, (m, _) in enumerate(resolved) if m is None), None)
+        if kept is not None:  # /translate and /v2/translate keep it as it is; here a translation has a model
+            if leg.source != "auto":
+                raise ApiError(400, f"source and target are both {leg.target!r}: nothing to translate")
+            raise ApiError(400, f"source 'auto': {item_name('text', kept, len(texts))} looks "
+                           f"{language_name(self.registry.code(leg.target))}, the target language: nothing to "
+                           "translate (/translate and /v2/translate return such a text as it is)")
         model = resolved[0][0]
         other = next((i for i, (m, _) in enumerate(resolved) if m.id != model.id), None)
         if other is not None:  # one model per request: its response names it
@@ -491,12 +505,12 @@ class Service:
 
     async def translate_file_texts(self, request: Request, texts: list[str], html: list[bool], source: str,
                                    target: str, glossary, glossary_id: str | None, do_not_translate,
-                                   key: str | None, filename: str, started: float) -> tuple[list[str], ServedModel]:
+                                   key: str | None, filename: str, started: float) -> tuple[list[str], str]:
         """A file's texts (its paragraphs, cells, entries: text or HTML), each cut into sentences
         and put back together, by the model for source -> target (source 'auto': the language of
         its first 20 texts' words), through a pivot's legs; jobs of at most NMT_MAX_SEGMENTS
-        sentences, all within NMT_FILE_TIMEOUT_S of `started`. The translated texts, and the
-        (last) model."""
+        sentences, all within NMT_FILE_TIMEOUT_S of `started`. The translated texts, and the target
+        language. A file already in the target language is kept as it is."""
         sample = ""
         if source == "auto":
             depth = self.settings.max_html_depth
@@ -505,11 +519,13 @@ class Service:
                 for t, is_html in zip(texts[:20], html)))
         for leg in self.legs(source, target, {"a stored glossary (glossary_id)": bool(glossary_id)}):
             model, _ = await asyncio.to_thread(self.resolve, leg.source, leg.target, sample)  # (detection blocks)
+            if model is None:
+                break
             leg_glossary, keep = self.leg_terms(leg, glossary, do_not_translate)
             terms = await self.terminology(leg_glossary, glossary_id if leg.first else None, keep, key, model)
             texts = await self._translate_file_leg(request, model, texts, html, terms, filename, started,
                                                    charge=leg.first)
-        return texts, model
+        return texts, self.registry.code(target)
 
     async def _translate_file_leg(self, request: Request, model: ServedModel, texts: list[str], html: list[bool],
                                   terms: Terminology | None, filename: str, started: float,
@@ -542,14 +558,15 @@ class Service:
             term_args = (leg_glossary, glossary_id if leg.first else None, keep, key)
             done = await self._translate_texts(request, texts, html, leg, term_args, n_best, field, charge)
             if leg.first:  # what the response reports: the request's own languages and terms
-                resolved, reports = done.resolved, done.reports
+                sources, reports = done.sources, done.reports
             texts = [versions[0] for versions in done.versions]
-        return Translated(done.versions, resolved, reports)
+        return Translated(done.versions, sources, reports)
 
     async def _translate_texts(self, request: Request, texts: list[str], html: bool, leg: Leg, term_args: tuple,
                                n_best: int, field: str, charge: bool) -> Translated:
         """translate_texts with one model per text (one leg); term_args: `terminology`'s arguments
-        before the model (glossary, glossary_id, do_not_translate, key)."""
+        before the model (glossary, glossary_id, do_not_translate, key). A text already in the
+        target language (Registry.resolve: no model) is kept as it is."""
         source, target, charge = leg.source, leg.target, charge and leg.first
         if source == "auto":  # detection reads each text's words, without its markup (off the event loop)
             depth = self.settings.max_html_depth
@@ -558,12 +575,21 @@ class Service:
         else:
             readable = texts
         resolved = await self.resolve_each(source, target, readable, field)
-        models = {m.id: m for m, _ in resolved}
-        terms = {model_id: await self.terminology(*term_args, model) for model_id, model in models.items()}
-        documents = await self.split_documents(request, texts, html, [m for m, _ in resolved], terms, field, charge)
-        by_model: dict[str, list[int]] = {}
+        by_model: dict[str, list[int]] = {}  # the texts each model translates (not those kept as they are)
         for i, (model, _) in enumerate(resolved):
-            by_model.setdefault(model.id, []).append(i)
+            if model is not None:
+                by_model.setdefault(model.id, []).append(i)
+        models = {m.id: m for m, _ in resolved if m is not None}
+        terms: dict[str | None, Terminology | None] = {
+            model_id: await self.terminology(*term_args, model) for model_id, model in models.items()}
+        if sum(map(len, by_model.values())) < len(texts):  # texts kept: the request's own terms (not a stored
+            terms[None] = await self.terminology(term_args[0], None, *term_args[2:], None)  # glossary's pair)
+        translated = [i for indices in by_model.values() for i in indices]
+        split = await self.split_documents(request, [texts[i] for i in translated], html,
+                                           [resolved[i][0] for i in translated], terms, field, charge)
+        documents: list[markup.Document | None] = [None] * len(texts)
+        for i, document in zip(translated, split):
+            documents[i] = document
         hypotheses: list[list[list[str]]] = [[] for _ in texts]
         for model_id, indices in by_model.items():  # texts in several languages: a job per model
             found = await self.translate_documents(request, models[model_id], [documents[i] for i in indices], n_best,
@@ -571,10 +597,14 @@ class Service:
             for i, per_sentence in zip(indices, found):
                 hypotheses[i] = per_sentence
         chars = sum(map(len, texts)) * (1 + n_best)  # the texts, and their translations
-        versions = await client_work(chars, lambda: [document.versions(per_sentence)
-                                                     for document, per_sentence in zip(documents, hypotheses)])
-        reports = await client_work(chars, partial(terms_reports, texts, versions, resolved, documents, terms))
-        return Translated(versions, resolved, reports)
+        versions = await client_work(chars, lambda: [document.versions(per_sentence) if document else [text]
+                                                     for text, document, per_sentence
+                                                     in zip(texts, documents, hypotheses)])
+        reports = await client_work(chars, partial(terms_reports, texts, versions, [m for m, _ in resolved],
+                                                   documents, terms))
+        sources = [(model.source if model else self.registry.code(target), confidence)
+                   for model, confidence in resolved]
+        return Translated(versions, sources, reports)
 
     @staticmethod
     def _refused_if_long(model: ServedModel, prepare, *args, **kwargs):

@@ -405,11 +405,56 @@ def test_auto_source_detects_each_text(detecting, de_en, fr_de, tiny_checkpoint)
     message = error(detecting, "POST", "/v1/translate", json={"text": [ENGLISH_TEXT, FRENCH_TEXT], "source": "auto",
                                                               "target": "de"})
     assert "text[0] looks English and text[1] French" in message
-    message = error(detecting, "POST", "/translate", json={"q": ["Hello there.", GERMAN_TEXT], "source": "auto",
-                                                           "target": "de"})
-    assert message.startswith("q[1]: source 'auto': the text looks German (de, ") and "'de' to 'de'" in message
     message = error(detecting, "POST", "/translate", json={"q": "Mio fratello ha comprato una macchina nuova.",
                                                            "source": "auto", "target": "de"})
     assert "looks Italian (it, " in message
     message = error(detecting, "POST", "/v1/translate", json={"text": "1234", "source": "auto", "target": "de"})
     assert "no language detected" in message and "en, fr" in message
+
+
+def translated_items(client) -> float:
+    lines = [x for x in client.get("/metrics").text.splitlines() if x.startswith("nmt_translated_items_total")]
+    return sum(float(line.split()[-1]) for line in lines)
+
+
+def test_a_text_already_in_the_target_language_is_kept_as_it_is(detecting):
+    """As LibreTranslate (Argos's identity translation) and DeepL answer: no model runs. (en -> en
+    used to go through a pivot, en -> de -> en, and a German text asked for in German with
+    'auto' went to the en-de model when the detector was less than sure.)"""
+    before = translated_items(detecting)
+    lt = lambda **body: detecting.post("/translate", json=body).json()  # noqa: E731
+    assert lt(q=ENGLISH_TEXT, source="en", target="en", alternatives=2) == {"translatedText": ENGLISH_TEXT,
+                                                                             "alternatives": []}
+    page = "<p>My <b>brother</b> &amp; me</p>"
+    assert lt(q=page, source="en", target="en", format="html")["translatedText"] == page
+    r = detecting.post("/v2/translate", data={"text": ENGLISH_TEXT, "source_lang": "EN", "target_lang": "EN-GB"})
+    assert r.json()["translations"][0] == {"detected_source_language": "EN", "text": ENGLISH_TEXT,
+                                           "billed_characters": len(ENGLISH_TEXT)}
+    r = detecting.post("/translate_file", files={"file": ("notes.txt", ENGLISH_TEXT.encode())},
+                       data={"source": "en", "target": "en"})
+    assert detecting.get(r.json()["translatedFileUrl"]).content == ENGLISH_TEXT.encode()
+    assert translated_items(detecting) == before
+    # 'auto': the texts that look like the target language kept, the others translated
+    body = lt(q=[ENGLISH_TEXT, GERMAN_TEXT], source="auto", target="de", alternatives=1, do_not_translate=["Bruder"],
+              glossary={"Auto": "Wagen"})
+    assert body["translatedText"][1] == GERMAN_TEXT and body["translatedText"][0] != ENGLISH_TEXT
+    assert [d["language"] for d in body["detectedLanguage"]] == ["en", "de"]
+    assert body["alternatives"][1] == [] and len(body["alternatives"][0]) == 1
+    assert body["terms"][1] == {"applied": ["Bruder"], "not_applied": ["Auto"], "not_found": []}
+    assert translated_items(detecting) == before + 1
+    r = detecting.post("/v2/translate", json={"text": [SHORT_GERMAN], "target_lang": "DE"})
+    assert r.json()["translations"][0]["text"] == SHORT_GERMAN
+    assert r.json()["translations"][0]["detected_source_language"] == "DE"
+    r = detecting.post("/translate_file", files={"file": ("notiz.txt", GERMAN_TEXT.encode())},
+                       data={"source": "auto", "target": "de"})
+    assert detecting.get(r.json()["translatedFileUrl"]).content == GERMAN_TEXT.encode()
+    # the native API answers with a model's translation, so it says there is none to give
+    message = error(detecting, "POST", "/v1/translate", json={"text": [ENGLISH_TEXT], "source": "en", "target": "en"})
+    assert message == "source and target are both 'en': nothing to translate"
+    message = error(detecting, "POST", "/v1/translate", json={"text": [ENGLISH_TEXT, GERMAN_TEXT], "source": "auto",
+                                                              "target": "de"})
+    assert message.startswith("source 'auto': text[1] looks German, the target language: nothing to translate")
+    assert translated_items(detecting) == before + 1
+    # a language no model serves is still not served
+    assert "no model translates 'xx' to 'xx'" in error(detecting, "POST", "/translate",
+                                                       json={"q": "Hi", "source": "xx", "target": "xx"})

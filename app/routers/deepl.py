@@ -110,7 +110,7 @@ async def translate(request: Request, service: ServiceDep):
     # through a pivot when no model translates source -> target (Service.legs)
     done = await service.translate_texts(request, texts, html, source, target, None, fields.get("glossary_id"), None,
                                          key, n_best=1, field="text", charge=True)
-    translated, sources = [v[0] for v in done.versions], [m.source for m, _ in done.resolved]
+    translated, sources = [v[0] for v in done.versions], [language for language, _ in done.sources]
     characters = sum(len(t) for t in texts)
     await service.count_usage(owner_of(key), characters)
     return {"translations": [{"detected_source_language": deepl_code(language), "text": t, "billed_characters": len(x)}

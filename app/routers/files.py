@@ -86,16 +86,16 @@ async def translate_file(request: Request, service: ServiceDep):
         raise ApiError(400, f"{upload.filename} holds {characters:,} characters of text; this API key may send at "
                        f"most {char_limit:,} per request")
     try:
-        texts, model = await service.translate_file_texts(
+        texts, language = await service.translate_file_texts(
             request, texts, html, source, target, fields.get("glossary"), _optional_text(fields, "glossary_id"),
             fields.get("do_not_translate"), key or request.headers.get("x-api-key"), upload.filename, started)
     except markup.TooDeep as e:
         raise ApiError(400, f"{upload.filename}: {e}") from None
     try:
-        data = await service.documents.rebuild(upload.filename, upload.data, texts, model.target)
+        data = await service.documents.rebuild(upload.filename, upload.data, texts, language)
     except DocumentError as e:
         raise ApiError(e.status, f"{upload.filename}: translated, but {e.message}") from None
-    name = documents.output_name(upload.filename, model.target)
+    name = documents.output_name(upload.filename, language)
     file_id = await service.files.put(name, data, service.owner(request))
     if file_id is None:
         raise ApiError(413, f"the translated file has {len(data):,} bytes; the server keeps at most "

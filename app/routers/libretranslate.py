@@ -80,8 +80,8 @@ async def translate(request: Request, service: ServiceDep):
     translated = [v[0] for v in done.versions]
     alternatives = [v[1:] for v in done.versions] if body.alternatives else None
     detected = None if body.source != "auto" else [
-        DetectedLanguage(confidence=round(confidence, 1), language=reported_code(model.source))
-        for model, confidence in done.resolved]
+        DetectedLanguage(confidence=round(confidence, 1), language=reported_code(language))
+        for language, confidence in done.sources]
     reports = done.reports and [TermsReport(**r) for r in done.reports]
     if isinstance(body.q, str):
         return LTTranslateResponse(translatedText=translated[0], alternatives=alternatives and alternatives[0],

@@ -7,6 +7,7 @@ field, the problem and what is allowed.
 from __future__ import annotations
 
 import logging
+import sys
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -42,6 +43,14 @@ def _shorten(value, limit: int = 60) -> str:
 _TYPE_TAGS = {"str", "int", "float", "bool", "none"}
 
 
+def malformed_json(reason: str) -> str:
+    """The 400's text for a body json cannot parse, in the client's terms (CPython's limit on an
+    integer's digits names the interpreter's setting instead)."""
+    if "integer string conversion" in reason:
+        reason = f"a number has more than {sys.get_int_max_str_digits():,} digits"
+    return f"malformed JSON: {reason}"
+
+
 def describe_validation(errors: list[dict], known_fields: list[str] | None = None) -> str:
     """pydantic errors as one line, 'field: problem (got value)' joined by '; '. A union's branches
     (str | list[str]) are merged into one 'or', and a branch that failed deeper (text.1 in a
@@ -51,7 +60,7 @@ def describe_validation(errors: list[dict], known_fields: list[str] | None = Non
     for e in errors:
         kind, message = e.get("type", ""), e.get("msg", "invalid")
         if kind == "json_invalid":
-            return f"malformed JSON: {e.get('ctx', {}).get('error', message)}"
+            return malformed_json(str(e.get('ctx', {}).get('error', message)))
         loc = [str(x) for x in e.get("loc", ()) if x != "body" and str(x) not in _TYPE_TAGS and "[" not in str(x)]
         field = ".".join(loc) or ("" if kind == "value_error" else "body")  # a model validator names its fields
         if kind == "missing":
@@ -103,6 +112,8 @@ def install(app: FastAPI) -> None:
         message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         if exc.status_code == 404 and message == "Not Found":
             message = f"no route {request.method} {request.url.path}; see /docs"
+        elif exc.status_code == 400 and isinstance(exc.__cause__, ValueError):  # FastAPI's "error parsing the body"
+            message = malformed_json(str(exc.__cause__))
         return error_response(exc.status_code, message, getattr(exc, "headers", None), request.url.path)
 
     @app.exception_handler(TooDeep)

@@ -16,7 +16,7 @@ from python_multipart import create_form_parser
 from python_multipart.multipart import Field, File
 from starlette.requests import Request
 
-from app.errors import ApiError
+from app.errors import ApiError, malformed_json
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
@@ -64,7 +64,7 @@ async def read_fields(request: Request, required: list[str] = (), max_fields: in
         except UnicodeDecodeError as e:
             raise ApiError(400, f"the JSON body is not valid UTF-8 ({e.reason} at byte {e.start})") from None
         except ValueError as e:
-            raise ApiError(400, f"malformed JSON: {e}") from None
+            raise ApiError(400, malformed_json(str(e))) from None
         if not isinstance(fields, dict):
             raise ApiError(400, "the JSON body must be an object" + (f" with {', '.join(required)}" if required else ""))
         return {**dict(request.query_params), **fields}, {}

@@ -300,6 +300,10 @@ def test_libretranslate_errors(client):
     assert "malformed JSON" in error(client, "POST", "/translate", content=b"{",
                                      headers={"content-type": "application/json"})
     assert "JSON body must be an object" in error(client, "POST", "/translate", json=["Hi"])
+    huge = b'{"q": "Hi", "source": "en", "target": "de", "alternatives": ' + b"9" * 5000 + b"}"
+    for path in ("/translate", "/v1/translate"):  # in the client's terms, not the interpreter's setting
+        assert error(client, "POST", path, content=huge, headers={"content-type": "application/json"}) == \
+            "malformed JSON: a number has more than 4,300 digits"
 
 
 def test_metrics_count_routes_batches_and_tokens(client):

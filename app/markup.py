@@ -19,7 +19,7 @@ from html import escape, unescape
 from html.parser import HTMLParser
 
 from model import protect
-from model.sentences import interleave, split_sentences, translatable
+from model.sentences import Splitting, interleave, split_sentences, translatable
 from model.terms import Terminology, term_used
 
 # Their content is code or preformatted: never translated (nor anything inside them).
@@ -46,9 +46,18 @@ class TooDeep(ValueError):
 
 # --- HTML -------------------------------------------------------------------------------------
 
-def _keeps_content(tag: str, attrs: list[tuple[str, str | None]]) -> bool:
+@dataclass(frozen=True)
+class Reading:
+    """How a request asks its texts to be read, beside the defaults: where sentences end, and the
+    elements whose content stays as written (DeepL's split_sentences and ignore_tags)."""
+
+    splitting: Splitting = Splitting()
+    kept_tags: frozenset[str] = frozenset()  # beside KEPT_ELEMENTS; lower case, as HTMLParser names tags
+
+
+def _keeps_content(tag: str, attrs: list[tuple[str, str | None]], kept_tags: frozenset[str] = frozenset()) -> bool:
     values = {name: (value or "") for name, value in attrs}
-    return (tag in KEPT_ELEMENTS or values.get("translate", "").strip().lower() == "no"
+    return (tag in KEPT_ELEMENTS or tag in kept_tags or values.get("translate", "").strip().lower() == "no"
             or "notranslate" in values.get("class", "").split())
 
 
@@ -78,9 +87,9 @@ class _Scanner(HTMLParser):
     enclosing element keeps it as written. Only the starts are recorded: a part runs until the
     next one starts, so whatever the parser skips (a stray '</>') stays in the document."""
 
-    def __init__(self, document: str, max_depth: int = MAX_DEPTH):
+    def __init__(self, document: str, max_depth: int = MAX_DEPTH, kept_tags: frozenset[str] = frozenset()):
         super().__init__(convert_charrefs=True)
-        self.max_depth = max_depth
+        self.max_depth, self.kept_tags = max_depth, kept_tags
         self.line_starts = [0] + [m.end() for m in re.finditer("\n", document)]
         self.parts: list[tuple[int, str | None]] = []  # (start, text to translate or None)
         self.inline: set[int] = set()  # starts of the tags of inline elements outside kept content
@@ -102,12 +111,12 @@ class _Scanner(HTMLParser):
 
     def handle_starttag(self, tag, attrs):
         self._markup()
-        if tag in INLINE_ELEMENTS and not self._keeping and not _keeps_content(tag, attrs):
+        if tag in INLINE_ELEMENTS and not self._keeping and not _keeps_content(tag, attrs, self.kept_tags):
             self.inline.add(self.parts[-1][0])
         if tag not in VOID_ELEMENTS:
             if len(self.open) >= self.max_depth:
                 raise TooDeep(self.max_depth)
-            self.open.append((tag, self._keeping or _keeps_content(tag, attrs)))
+            self.open.append((tag, self._keeping or _keeps_content(tag, attrs, self.kept_tags)))
 
     def handle_startendtag(self, tag, attrs):  # <br/>: nothing opens
         self._markup()
@@ -138,12 +147,13 @@ class _Scanner(HTMLParser):
         self._markup()
 
 
-def _runs(document: str, inline: set[int] | None = None, max_depth: int = MAX_DEPTH) -> list[tuple[str, str | None]]:
+def _runs(document: str, inline: set[int] | None = None, max_depth: int = MAX_DEPTH,
+          kept_tags: frozenset[str] = frozenset()) -> list[tuple[str, str | None]]:
     """The document as (raw, text) parts: text is the decoded text of a run between tags, or None
     for markup and for text kept as written. Joining the raw parts gives back the document.
     With `inline` (a set), the indices of the runs that are inline tags are added to it."""
     try:
-        scanner = _Scanner(document, max_depth)
+        scanner = _Scanner(document, max_depth, kept_tags)
     except AssertionError:  # HTMLParser's answer to some malformed declarations, e.g. <![x[
         return [(document, None)]
     parts = scanner.parts
@@ -162,14 +172,16 @@ def _runs(document: str, inline: set[int] | None = None, max_depth: int = MAX_DE
     return [(document[start:end], None if pieces is None else "".join(pieces)) for start, end, pieces in runs]
 
 
-def split_html(document: str, max_depth: int = MAX_DEPTH) -> tuple[list[str], list[str]]:
+def split_html(document: str, max_depth: int = MAX_DEPTH, kept_tags: frozenset[str] = frozenset(),
+               ) -> tuple[list[str], list[str]]:
     """(markup, texts): the text runs between tags to translate (entities decoded, surrounding
     whitespace left out) and the markup around them, as written: tags with their attributes,
     comments, doctype, and the text not to translate: that of script, style, code, pre and
-    textarea, of elements with translate="no" or class "notranslate", and text without a letter."""
+    textarea, of elements with translate="no" or class "notranslate" or named in `kept_tags`, and
+    text without a letter."""
     markup: list[list[str]] = [[]]  # the parts of each stretch of markup
     texts: list[str] = []
-    for raw, text in _runs(document, max_depth=max_depth):
+    for raw, text in _runs(document, max_depth=max_depth, kept_tags=kept_tags):
         # raw and text disagree when the parser dropped something inside the run: keep it all
         if text is None or not translatable(text) or unescape(raw) != text:
             markup[-1].append(raw)
@@ -186,12 +198,13 @@ def join_html(markup: list[str], texts: list[str]) -> str:
     return interleave(markup, [escape(text, quote=False) for text in texts])
 
 
-def split_html_sentences(document: str, max_depth: int = MAX_DEPTH) -> tuple[list[str], list[str]]:
+def split_html_sentences(document: str, max_depth: int = MAX_DEPTH, reading: Reading = Reading(),
+                         ) -> tuple[list[str], list[str]]:
     """split_html, then each text run split into sentences (for join_html)."""
-    markup, runs = split_html(document, max_depth)
+    markup, runs = split_html(document, max_depth, reading.kept_tags)
     between, sentences = [[markup[0]]], []  # between: the parts of each stretch
     for run, after in zip(runs, markup[1:]):
-        gaps, pieces = split_sentences(run)
+        gaps, pieces = split_sentences(run, reading.splitting)
         between[-1].append(escape(gaps[0], quote=False))  # a gap may hold text without letters, "&" or "<"
         sentences += pieces
         between += [[escape(gap, quote=False)] for gap in gaps[1:]]
@@ -255,24 +268,26 @@ class Document:
 
 
 def split_document(document: str, html: bool, spans: bool, foreign: Callable[[str], bool] | None = None,
-                   max_depth: int = MAX_DEPTH, terms: Terminology | None = None, annotate: bool = False) -> Document:
+                   max_depth: int = MAX_DEPTH, terms: Terminology | None = None, annotate: bool = False,
+                   reading: Reading = Reading()) -> Document:
     """Sentences to translate and the rest; with `spans`, protected spans masked first (and, in
     HTML, inline tags too: a sentence runs across them); `foreign`: the characters the model's
     vocabulary cannot spell, whose words are spans too (protect.find_spans); `terms`: glossary
     and do-not-translate terms, spans too (model/terms.py), or with `annotate` glossary terms
-    inline (a model that reads annotations)."""
+    inline (a model that reads annotations); `reading`: where sentences end, and what else HTML
+    keeps as written."""
     if not html:
         masked = protect.mask(document, foreign=foreign, terms=terms, annotate_glossary=annotate) if spans \
             else protect.Masked(document)
-        gaps, sentences = split_sentences(masked.text)
+        gaps, sentences = split_sentences(masked.text, reading.splitting)
         return Document([protect.unmask(g, masked.spans) for g in gaps], sentences, masked.spans, False,
                         masked.terms, annotations=masked.annotations)
     if not spans:
-        between, sentences = split_html_sentences(document, max_depth)
+        between, sentences = split_html_sentences(document, max_depth, reading)
         return Document(between, sentences, [], True)
     between: list[list[str]] = [[]]  # the parts of each stretch between sentences
     segments, all_spans, all_terms, annotations = [], [], {}, []
-    for segment in _segments(document, max_depth):
+    for segment in _segments(document, max_depth, reading.kept_tags):
         if isinstance(segment, str):
             between[-1].append(segment)
             continue
@@ -282,7 +297,7 @@ def split_document(document: str, html: bool, spans: bool, foreign: Callable[[st
         annotations += masked.annotations
         core = masked.text.strip()
         lead, trail = masked.text[:len(masked.text) - len(masked.text.lstrip())], masked.text[len(masked.text.rstrip()):]
-        gaps, sentences = split_sentences(core)
+        gaps, sentences = split_sentences(core, reading.splitting)
         segments += sentences
         between[-1] += [lead, protect.unmask(escape(gaps[0], quote=False), all_spans)]
         between += [[protect.unmask(escape(g, quote=False), all_spans)] for g in gaps[1:]]
@@ -291,11 +306,12 @@ def split_document(document: str, html: bool, spans: bool, foreign: Callable[[st
                     annotations=annotations)
 
 
-def _segments(document: str, max_depth: int = MAX_DEPTH) -> list[str | list[tuple[str, str | None]]]:
+def _segments(document: str, max_depth: int = MAX_DEPTH, kept_tags: frozenset[str] = frozenset(),
+              ) -> list[str | list[tuple[str, str | None]]]:
     """The document as markup (str) and segments: runs of text and inline tags that read as one
     text, each a list of (raw, decoded text or None for a tag), with no tag at either end."""
     inline: set[int] = set()
-    runs = _runs(document, inline, max_depth)
+    runs = _runs(document, inline, max_depth, kept_tags)
     out: list[str | list[tuple[str, str | None]]] = []
     current: list[tuple[str, str | None]] = []
 

@@ -414,11 +414,13 @@ class Service:
         return check
 
     async def split_documents(self, request: Request, texts: list[str], html: bool, models: list[ServedModel],
-                              terms: dict[str, Terminology | None], field: str, charge: bool) -> list[markup.Document]:
+                              terms: dict[str, Terminology | None], field: str, charge: bool,
+                              reading: markup.Reading = markup.Reading()) -> list[markup.Document]:
         """Each text cut into sentences for its model (app/markup.py: spans and terms masked where
         the model has sentinels; `_split`); a 400 past NMT_MAX_SEGMENTS sentences; with
         `charge`, each sentence past the first of a text counted against the client's limit."""
-        documents = await self._split(texts, [html] * len(texts), models, [terms[m.id] for m in models], field)
+        documents = await self._split(texts, [html] * len(texts), models, [terms[m.id] for m in models], field,
+                                      reading)
         sentences = sum(len(document.sentences) for document in documents)
         if sentences > self.settings.max_segments:
             raise ApiError(400, f"{field} splits into {sentences} sentences; at most {self.settings.max_segments} per "
@@ -428,7 +430,8 @@ class Service:
         return documents
 
     async def _split(self, texts: list[str], html: list[bool], models: list[ServedModel],
-                     terms: list[Terminology | None], what: str) -> list[markup.Document]:
+                     terms: list[Terminology | None], what: str, reading: markup.Reading = markup.Reading(),
+                     ) -> list[markup.Document]:
         """Each text (HTML where `html` says) cut into sentences for its model, its terms masked,
         within the CPU budget of one request's text work (in a thread when it is large)."""
         depth = self.settings.max_html_depth
@@ -438,7 +441,8 @@ class Service:
             for text, is_html, model, text_terms in zip(texts, html, models, terms):
                 out.append(markup.split_document(text, is_html, spans=model.protects_spans,
                                                  foreign=model.tokenizer.cannot_spell, max_depth=depth,
-                                                 terms=text_terms, annotate=model.reads_annotations))
+                                                 terms=text_terms, annotate=model.reads_annotations,
+                                                 reading=reading))
                 within_budget()
             return out
 
@@ -543,27 +547,29 @@ class Service:
 
     async def translate_texts(self, request: Request, texts: list[str], html: bool, source: str, target: str,
                               glossary, glossary_id: str | None, do_not_translate, key: str | None, n_best: int,
-                              field: str, charge: bool = False) -> Translated:
+                              field: str, charge: bool = False, reading: markup.Reading = markup.Reading()) -> Translated:
         """Texts (as accept_texts returned them) translated as documents (app/markup.py: sentences,
         HTML kept), each by its own language's model (source 'auto': each text's detected
         language; one job per model), with the request's terms (its inline glossary and
         do-not-translate terms, a stored glossary): LibreTranslate's /translate and DeepL's
         /v2/translate. Through a pivot (`legs`), the second leg translates the first's output;
         the result reports the first leg's terms and languages. With `charge`, sentences beyond one
-        a text count against the client's limit (the first leg's)."""
+        a text count against the client's limit (the first leg's). `reading`: where sentences end
+        and what HTML keeps as written, where the request says (DeepL's split_sentences, ignore_tags)."""
         legs = self.legs(source, target, {"alternatives": n_best > 1, "a stored glossary (glossary_id)":
                                           bool(glossary_id)})
         for leg in legs:
             leg_glossary, keep = self.leg_terms(leg, glossary, do_not_translate)
             term_args = (leg_glossary, glossary_id if leg.first else None, keep, key)
-            done = await self._translate_texts(request, texts, html, leg, term_args, n_best, field, charge)
+            done = await self._translate_texts(request, texts, html, leg, term_args, n_best, field, charge,
+                                               reading)
             if leg.first:  # what the response reports: the request's own languages and terms
                 sources, reports = done.sources, done.reports
             texts = [versions[0] for versions in done.versions]
         return Translated(done.versions, sources, reports)
 
     async def _translate_texts(self, request: Request, texts: list[str], html: bool, leg: Leg, term_args: tuple,
-                               n_best: int, field: str, charge: bool) -> Translated:
+                               n_best: int, field: str, charge: bool, reading: markup.Reading) -> Translated:
         """translate_texts with one model per text (one leg); term_args: `terminology`'s arguments
         before the model (glossary, glossary_id, do_not_translate, key). A text already in the
         target language (Registry.resolve: no model) is kept as it is."""
@@ -586,7 +592,7 @@ class Service:
             terms[None] = await self.terminology(term_args[0], None, *term_args[2:], None)  # glossary's pair)
         translated = [i for indices in by_model.values() for i in indices]
         split = await self.split_documents(request, [texts[i] for i in translated], html,
-                                           [resolved[i][0] for i in translated], terms, field, charge)
+                                           [resolved[i][0] for i in translated], terms, field, charge, reading)
         documents: list[markup.Document | None] = [None] * len(texts)
         for i, document in zip(translated, split):
             documents[i] = document

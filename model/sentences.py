@@ -10,6 +10,7 @@ no letter (numbers, punctuation, emoji, whitespace) is never a sentence.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 _OPENERS = "\"'“‘„«‹(["
 _CLOSERS = "\"'”’»›)]"
@@ -22,6 +23,15 @@ _ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "vs", "etc"
                   "capt", "mt", "ave", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct",
                   "nov", "dec"}
 _NUMBER_ABBREVIATIONS = {"no", "nos", "nr", "art", "fig", "vol", "ch", "sec"}  # only before a number: "No. 5"
+
+
+@dataclass(frozen=True)
+class Splitting:
+    """Where `split_sentences` cuts a text (DeepL's split_sentences: '1' both, 'nonewlines'
+    punctuation only, '0' neither: the whole text is one sequence)."""
+
+    punctuation: bool = True  # after . ! ? or ... before a capital (_ends_sentence)
+    newlines: bool = True  # at every line break
 
 
 def translatable(text: str) -> bool:
@@ -55,12 +65,13 @@ def _ends_sentence(word: str, before: str, has_letter: bool, next_char: str) -> 
     return not (word in _NUMBER_ABBREVIATIONS and next_char.isdigit())
 
 
-def split_sentences(text: str) -> tuple[list[str], list[str]]:
+def split_sentences(text: str, splitting: Splitting = Splitting()) -> tuple[list[str], list[str]]:
     """(between, sentences): the sentences of `text`, without surrounding whitespace, and the
     whitespace between them. A sentence ends after . ! ? or … (and closing quotes or brackets)
     followed by whitespace and an upper-case letter, a digit or an opening quote, unless the word
     before the period is an abbreviation, an initial or a number's label ("No. 5"); a line break
-    always ends one. Pieces without a letter stay in `between`, untranslated."""
+    always ends one (`splitting` may turn either rule off). Pieces without a letter stay in
+    `between`, untranslated."""
     between: list[list[str]] = [[]]  # each: the parts of one stretch between sentences
     sentences: list[str] = []
 
@@ -79,8 +90,8 @@ def split_sentences(text: str) -> tuple[list[str], list[str]]:
             continue
         word = text[word_start:gap.start()]
         has_letter = has_letter or translatable(word)
-        if gap.end() < len(text) and ("\n" in gap.group() or
-                                      _ends_sentence(word, before, has_letter, text[gap.end()])):
+        if gap.end() < len(text) and ((splitting.newlines and "\n" in gap.group()) or (
+                splitting.punctuation and _ends_sentence(word, before, has_letter, text[gap.end()]))):
             add(text[start:gap.start()], gap.group())
             start, before, has_letter = gap.end(), "", False
         else:

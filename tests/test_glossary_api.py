@@ -141,12 +141,58 @@ def test_what_weblates_deepl_backend_sends(client):
     assert text.count('<x id="7"></x>') == 1 and text.count('<x id="19"></x>') == 1, text
 
 
+def translated_items(client) -> float:
+    lines = [x for x in client.get("/metrics").text.splitlines() if x.startswith("nmt_translated_items_total")]
+    return sum(float(line.split()[-1]) for line in lines)
+
+
+def test_deepls_options_for_reading_a_text_are_followed_or_refused(client):
+    """split_sentences ('1', 'nonewlines', '0'), ignore_tags and formality do what DeepL's API says
+    or get DeepL's 400; none is accepted and then ignored."""
+    # never the same text twice, so that none comes from the cache (a number would be masked)
+    calls = iter(["red", "green", "blue", "black", "white", "brown", "grey", "pink", "gold", "silver"])
+
+    def sequences(text: str, **options) -> tuple[float, str]:  # (sequences the model translated, the answer)
+        text = text.replace("N", next(calls))
+        before = translated_items(client)
+        r = client.post("/v2/translate", json={"text": [text], "source_lang": "EN", "target_lang": "DE", **options})
+        assert r.status_code == 200, r.text
+        return translated_items(client) - before, r.json()["translations"][0]["text"]
+
+    two = "Open the N file. Save the N file."
+    assert sequences(two)[0] == 2 and sequences(two, split_sentences="1")[0] == 2
+    assert sequences(two, split_sentences="0")[0] == 1
+    lines = "Open the N file\nand save it"
+    assert sequences(lines)[0] == 2 and sequences(lines, split_sentences="nonewlines")[0] == 1
+    assert sequences("<p>Open file N\nand save it</p>", tag_handling="xml")[0] == 1  # DeepL's default with tags
+    count, text = sequences("<p>Open <keep>the file</keep> N.</p>", tag_handling="xml", ignore_tags="keep,other")
+    assert "<keep>the file</keep>" in text and count == 1
+    assert sequences("<p>Open the file.</p>", tag_handling="xml", ignore_tags=["p"]) == (0, "<p>Open the file.</p>")
+    assert sequences(two, formality="prefer_less")[0] == 2
+    for fields, message in [({"split_sentences": "2"}, "Value for 'split_sentences' not supported: '2'"),
+                            ({"formality": "more"}, "'formality' is not supported for given 'target_lang'"),
+                            ({"formality": "casual"}, "Value for 'formality' not supported: 'casual'"),
+                            ({"ignore_tags": "a b"}, "'a b' is not a tag name"),
+                            ({"ignore_tags": [3]}, "Value for 'ignore_tags' not supported")]:
+        r = client.post("/v2/translate", json={"text": ["Open it."], "target_lang": "DE", "tag_handling": "xml",
+                                               **fields})
+        assert r.status_code == 400 and message in r.json()["message"], r.text
+
+
 DEEPL_ROUND_TRIP = """
 import sys, deepl
 t = deepl.Translator("my-key", server_url=sys.argv[1])
 assert [l.code for l in t.get_source_languages()] == ["EN"]
 assert [l.code for l in t.get_target_languages()] == ["DE"]
 assert isinstance(t.translate_text("Open the file.", target_lang="DE").text, str)
+out = t.translate_text("<p>Open <keep>the file</keep>.\\nNow.</p>", target_lang="DE", tag_handling="xml",
+                       ignore_tags=["keep"], split_sentences="nonewlines", formality="prefer_more")
+assert "<keep>the file</keep>" in out.text, out.text
+try:
+    t.translate_text("Open the file.", target_lang="DE", formality="more")
+    raise SystemExit("formality 'more' was accepted by a server whose models have no formality")
+except deepl.DeepLException as e:
+    assert "formality" in str(e), e
 g = t.create_glossary("Product", source_lang="EN", target_lang="DE", entries={"file": "Akte", "Nextcloud": "Nextcloud"})
 assert g.entry_count == 2 and g.source_lang == "EN" and g.target_lang == "DE"
 out = t.translate_text(["Open the file.", "Save it in Nextcloud."], source_lang="EN", target_lang="DE", glossary=g)

@@ -1,7 +1,8 @@
 """DeepL's API (v2), so DeepL clients and the tools built on them (the `deepl` Python library,
 Weblate's DeepL machine translation, ...) work against this server unchanged:
 
-    POST /v2/translate                   text (a list), target_lang, source_lang, glossary_id, tag_handling
+    POST /v2/translate                   text (a list), target_lang, source_lang, glossary_id, tag_handling,
+                                         split_sentences, ignore_tags, formality
     GET  /v2/languages                   ?type=source|target
     GET  /v2/usage                       characters translated this month by this key
     POST /v2/glossaries                  name, source_lang, target_lang, entries, entries_format (tsv|csv)
@@ -15,12 +16,18 @@ Weblate's DeepL machine translation, ...) work against this server unchanged:
 limits; on a server without keys any key is accepted and the clients share one set of
 glossaries. Errors are DeepL's shape, {"message": ...} (app/errors.py). Language codes are DeepL's
 (upper case; EN-GB and EN-US as targets are English). Texts are translated as /translate
-translates them (sentences, protected spans; tag_handling html or xml: as HTML).
+translates them (sentences, protected spans; tag_handling html or xml: as HTML), cut where
+split_sentences says, the content of ignore_tags kept as written; formality 'more' or 'less'
+gets DeepL's 400 for a target language without formality (no served model has one), the
+'prefer_' values fall back. Options that only steer DeepL's own model or its sentence
+boundaries in XML (context, preserve_formatting, outline_detection, splitting_tags,
+non_splitting_tags, model_type) are accepted without effect.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response
@@ -29,11 +36,13 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from app.errors import ApiError
 from app.forms import read_fields
 from app.glossaries import MAX_ENTRIES, new_glossary, owner_of, parse_entries, stored_bytes
+from app.markup import Reading
 from app.protocol import DeepLErrorResponse
 from app.registry import reported_code
 from app.routers import ServiceDep
 from app.service import Service
 from model.clean import lone_surrogate
+from model.sentences import Splitting
 from model.terms import TermError
 
 router = APIRouter(prefix="/v2", tags=["deepl"])
@@ -83,6 +92,45 @@ def our_code(code, field: str, registry) -> str:
     return registry.code(code)
 
 
+# DeepL's split_sentences: where a text is cut into the sequences translated one by one
+SPLITTING = {"1": Splitting(), "nonewlines": Splitting(newlines=False), "0": Splitting(punctuation=False, newlines=False)}
+FORMALITIES = ("default", "prefer_more", "prefer_less")  # "more" and "less": languages with formality (none here)
+
+
+def sentence_splitting(value, tag_handling: bool) -> Splitting:
+    """DeepL's default is '1' for text, 'nonewlines' with tag_handling."""
+    if value is None or value == "":
+        return SPLITTING["nonewlines" if tag_handling else "1"]
+    if str(value) not in SPLITTING or isinstance(value, bool):
+        raise ApiError(400, f"Value for 'split_sentences' not supported: {value!r}; '0', '1' or 'nonewlines'.")
+    return SPLITTING[str(value)]
+
+
+def ignored_tags(value) -> frozenset[str]:
+    """DeepL's ignore_tags: tag names, comma-separated (or a list of them), whose content is kept
+    as written."""
+    values = [value] if isinstance(value, str) else value or []
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise ApiError(400, "Value for 'ignore_tags' not supported: give tag names, comma-separated.")
+    names = {name.strip().lower() for v in values for name in v.split(",")} - {""}
+    bad = next((name for name in sorted(names) if not re.fullmatch(r"[a-z_][\w.:-]*", name)), None)
+    if bad is not None:
+        raise ApiError(400, f"Value for 'ignore_tags' not supported: {bad[:40]!r} is not a tag name.")
+    return frozenset(names)
+
+
+def check_formality(value) -> None:
+    """No served model has a formal and an informal register, so only the values DeepL accepts for
+    such target languages pass ('more' and 'less' fail there; the 'prefer_' ones fall back)."""
+    if value is None or value == "" or value in FORMALITIES:
+        return
+    if value in ("more", "less"):
+        raise ApiError(400, "'formality' is not supported for given 'target_lang'; 'prefer_more' or "
+                       "'prefer_less' fall back to the default where a language has no formality.")
+    raise ApiError(400, f"Value for 'formality' not supported: {value!r}; 'default', 'more', 'less', 'prefer_more' "
+                   "or 'prefer_less'.")
+
+
 def deepl_code(code: str) -> str:
     """Our code as DeepL writes it: 'en' -> 'EN', Argos's 'pb' -> 'PT-BR', 'zt' -> 'ZH-HANT'."""
     return reported_code(code).upper()
@@ -102,6 +150,8 @@ async def translate(request: Request, service: ServiceDep):
     if tag_handling not in (None, "", "html", "xml"):
         raise ApiError(400, f"Value for 'tag_handling' not supported: {tag_handling!r}; 'html' or 'xml'.")
     html = bool(tag_handling)
+    reading = Reading(sentence_splitting(fields.get("split_sentences"), html), ignored_tags(fields.get("ignore_tags")))
+    check_formality(fields.get("formality"))
     if not isinstance(fields.get("glossary_id"), str | None):
         raise ApiError(400, "Parameter 'glossary_id' must be one glossary id (a string).")
     texts = service.accept_texts(texts, "text", allow_blank=html, char_limit=char_limit)
@@ -109,7 +159,7 @@ async def translate(request: Request, service: ServiceDep):
         raise ApiError(400, "Use of a glossary requires the 'source_lang' parameter to be specified.")
     # through a pivot when no model translates source -> target (Service.legs)
     done = await service.translate_texts(request, texts, html, source, target, None, fields.get("glossary_id"), None,
-                                         key, n_best=1, field="text", charge=True)
+                                         key, n_best=1, field="text", charge=True, reading=reading)
     translated, sources = [v[0] for v in done.versions], [language for language, _ in done.sources]
     characters = sum(len(t) for t in texts)
     await service.count_usage(owner_of(key), characters)

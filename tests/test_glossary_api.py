@@ -100,6 +100,7 @@ def test_stored_glossaries_in_deepls_shape(client):
     ({"entries": ""}, "no entries"),
     ({"target_lang": "FR"}, "Unsupported glossary language pair"),
     ({"name": ""}, "'name' not specified"),
+    ({"name": "n" * 1025}, "'name' has 1,025 characters; at most 1,024"),
     ({"entries_format": "xlsx"}, "'tsv' or 'csv'"),
 ])
 def test_glossary_errors_in_deepls_shape(client, fields, message):

@@ -92,6 +92,8 @@ def our_code(code, field: str, registry) -> str:
     return registry.code(code)
 
 
+MAX_NAME_CHARS = 1024  # a glossary's name: it comes back in every listing of the key's glossaries
+
 # DeepL's split_sentences: where a text is cut into the sequences translated one by one
 SPLITTING = {"1": Splitting(), "nonewlines": Splitting(newlines=False), "0": Splitting(punctuation=False, newlines=False)}
 FORMALITIES = ("default", "prefer_more", "prefer_less")  # "more" and "less": languages with formality (none here)
@@ -208,6 +210,8 @@ async def create_glossary(request: Request, service: ServiceDep):
         raise ApiError(400, "Parameter 'name' not specified.")
     if lone_surrogate(name) is not None:
         raise ApiError(400, "Parameter 'name' holds a lone surrogate, which is not valid Unicode: send UTF-8 text.")
+    if len(name.strip()) > MAX_NAME_CHARS:
+        raise ApiError(400, f"Parameter 'name' has {len(name.strip()):,} characters; at most {MAX_NAME_CHARS:,}.")
     source = our_code(fields.get("source_lang"), "source_lang", service.registry)
     target = our_code(fields.get("target_lang"), "target_lang", service.registry)
     pairs = {(m.source, m.target) for m in service.registry.models.values()}  # direct models only

@@ -7,12 +7,26 @@ slowly) would hold that many times as much. So a request reserves its attention'
 (Service.attention_bounds) before it is decoded, and is refused with 429 when the reservations
 of the requests in flight would pass NMT_ATTENTION_IN_FLIGHT_VALUES (one request alone is always
 let through: its own cap is NMT_MAX_ATTENTION_VALUES); what it reserved is released once its
-response has been sent, or it failed (`ReleaseAttention`, an ASGI middleware around every route).
+response has been sent, or it failed (`SendAndRelease`, an ASGI middleware around every route).
+
+"Sent" means taken by the client: uvicorn writes a body it is given into the socket's buffer at
+once, whatever its size, and returns; only its next write waits for the client to read. So the
+middleware hands a large body on in pieces of SEND_PIECE bytes, each waiting until the client
+has read the one before (all but the last piece's worth), and a client that takes no piece for
+NMT_SEND_TIMEOUT_S is cut off, its connection closed and its reservation released. (Given whole,
+40 answers of 15 MB to clients that read nothing, one every 0.75 s, were all written and left
++483 MiB in the server: `bench/slow_readers.py --clients 40 --seconds 40 --interval 0.75`.)
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 from app.errors import ApiError
+
+log = logging.getLogger("uvicorn.error")
+SEND_PIECE = 256 * 1024  # bytes of a response body handed to the server at a time
 
 STATE_KEY = "attention_values"  # in the request's scope["state"]: what it reserved
 
@@ -36,15 +50,43 @@ class AttentionInFlight:
         self.values -= (scope.get("state") or {}).pop(STATE_KEY, 0)
 
 
-class ReleaseAttention:
-    """Releases what a request reserved once its response has gone out (or it failed)."""
+class SendTimeout(Exception):
+    """The client took no part of its response for the send timeout."""
 
-    def __init__(self, app, in_flight: AttentionInFlight):
-        self.app, self.in_flight = app, in_flight
+
+class SendAndRelease:
+    """Sends each response body in pieces, as fast as its client reads them, within a stall timeout,
+    and releases what the request reserved once the body has gone out (or it failed)."""
+
+    def __init__(self, app, in_flight: AttentionInFlight, send_timeout_s: float = 30.0):
+        self.app, self.in_flight, self.send_timeout_s = app, in_flight, send_timeout_s
 
     async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
         scope.setdefault("state", {})  # one dict the routes below write into, whatever copies the scope
+
+        async def paced(message):
+            if message["type"] != "http.response.body" or len(message.get("body", b"")) <= SEND_PIECE:
+                return await self._send(send, message)
+            body, more = message["body"], message.get("more_body", False)
+            for start in range(0, len(body), SEND_PIECE):
+                last = start + SEND_PIECE >= len(body)
+                await self._send(send, {"type": "http.response.body", "body": body[start:start + SEND_PIECE],
+                                        "more_body": more or not last})
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, paced)
+        except SendTimeout:  # returning with the body unfinished: uvicorn closes the connection
+            client = scope.get("client") or ("?",)
+            log.warning("%s %s: the client at %s read nothing of its response for %g s (NMT_SEND_TIMEOUT_S); "
+                        "connection closed", scope.get("method"), scope.get("path"), client[0], self.send_timeout_s)
         finally:
             self.in_flight.release(scope)
+
+    async def _send(self, send, message) -> None:
+        try:
+            async with asyncio.timeout(self.send_timeout_s):  # a timer, not a task
+                await send(message)
+        except TimeoutError:
+            raise SendTimeout() from None

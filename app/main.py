@@ -11,7 +11,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from app import errors, ui
 from app.body_limit import BodyLimit
-from app.in_flight import ReleaseAttention
+from app.in_flight import SendAndRelease
 from app.metrics import MetricsMiddleware
 from app.routers import alignments, deepl, files, health, libretranslate, models, translate
 from app.service import Service
@@ -71,7 +71,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, max_file_bytes=settings.max_file_bytes,
                        max_json_depth=settings.max_json_depth, max_json_values=settings.max_json_values)
     app.add_middleware(MetricsMiddleware, metrics=service.metrics)
-    app.add_middleware(ReleaseAttention, in_flight=service.attention_in_flight)  # outermost: after the response
+    app.add_middleware(SendAndRelease, in_flight=service.attention_in_flight,
+                       send_timeout_s=settings.send_timeout_s)  # outermost: after the response
     for module in (translate, alignments, models, libretranslate, files, deepl, health):
         app.include_router(module.router)
     app.include_router(ui.router)  # the attention viewer: / and /static/* (app/ui.py)

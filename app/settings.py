@@ -98,6 +98,9 @@ class Settings(BaseSettings):
                                       "(max_length, else 1.5 x its source tokens + 10), which is ~1.4x what a "
                                       "translation usually has: the shipped models' largest text (512 tokens) "
                                       "fits with one hypothesis, 200 tokens with four.")
+    send_timeout_s: float = Field(30.0, gt=0, description="Seconds a client may take no part of its "
+                                  "response (sent in pieces of 256 KiB as it reads them) before the server "
+                                  "closes its connection, releasing what the response held.")
     attention_in_flight_values: int = Field(16_000_000, ge=1, description="Most attention values the "
                                             "/v1/translate requests in flight in one HTTP process may hold "
                                             "together, each counted as for NMT_MAX_ATTENTION_VALUES from before it "

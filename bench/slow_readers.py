@@ -1,13 +1,15 @@
 """Clients that ask for attention and never read the answer: how much the server's memory grows.
 
-    .venv/bin/python bench/slow_readers.py [--clients 120] [--budget 16000000] [--seconds 25]
+    .venv/bin/python bench/slow_readers.py [--clients 120] [--budget 16000000] [--seconds 25] [--interval 0]
 
 Starts `nmt serve` with the shipped en-de and NMT_ATTENTION_IN_FLIGHT_VALUES=--budget, then opens
 --clients connections, each sending one /v1/translate request for the attention of a long text
 (330 words, ~1.6 million attention values counted before decoding) and reading nothing; prints
 the server process's resident memory before and at its peak over --seconds (sampled with /health
 polled meanwhile, whose worst time it prints too), then each request's status. Past the budget
-requests get 429 (app/in_flight.py); a budget of 1e11 is none.
+requests get 429 (app/in_flight.py); a budget of 1e11 is none. With --interval the clients come
+one at a time, that many seconds apart (all of them within --seconds), so that each arrives
+after the answers before it were written.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ def main() -> None:
     p.add_argument("--clients", type=int, default=120)
     p.add_argument("--budget", default="16000000", help="NMT_ATTENTION_IN_FLIGHT_VALUES")
     p.add_argument("--seconds", type=float, default=25)
+    p.add_argument("--interval", type=float, default=0, help="seconds between one client and the next")
     args = p.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -65,13 +68,14 @@ def main() -> None:
         request = (b"POST /v1/translate HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
                    b"Content-Length: %d\r\n\r\n" % len(body)) + body
         before = peak = rss_mib(server.pid)
-        for _ in range(args.clients):
-            connection = socket.create_connection(("127.0.0.1", port))
-            connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            connection.sendall(request)
-            connections.append(connection)
-        health, start = [], time.monotonic()
-        while time.monotonic() - start < args.seconds:
+        health, start, next_client = [], time.monotonic(), time.monotonic()
+        while time.monotonic() - start < args.seconds or len(connections) < args.clients:
+            while len(connections) < args.clients and time.monotonic() >= next_client:
+                connection = socket.create_connection(("127.0.0.1", port))
+                connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                connection.sendall(request)
+                connections.append(connection)
+                next_client += args.interval
             peak = max(peak, rss_mib(server.pid))
             t = time.perf_counter()
             httpx.get(f"{url}/health", timeout=30)

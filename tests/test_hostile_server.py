@@ -189,3 +189,53 @@ def test_clients_that_never_read_their_attention_hold_no_more_than_the_budget(ti
         assert statuses.count(b"429") >= 55 and statuses.count(b"200") + statuses.count(b"429") == 60
         assert peak - before < 10 * answer_bytes  # 60 unread answers would hold 60 x that
         assert health.answers >= 20 and health.slowest < 1.0
+
+
+def test_an_answer_nobody_reads_holds_its_reservation_until_the_send_timeout_cuts_it_off(tiny_sentinel_checkpoint):
+    """Clients that arrive one after another, each after the answers before it were written, and
+    read nothing: the server hands a body on as its client reads it, so an unread answer keeps its
+    reservation (later ones get 429) and its memory only until NMT_SEND_TIMEOUT_S cuts it off;
+    then requests pass again. (Given whole, every such answer was written at once into the
+    connection's buffer, released, and kept there: all 200, the server growing by each.)"""
+    from tests.test_untrusted_server import tree_rss
+
+    text = " ".join(["Open the file and save it now."] * 5)
+    body = json.dumps({"text": [text] * 16, "source": "en", "target": "de", "beam_size": 1, "max_length": 128,
+                       "include_attention": True}).encode()
+    timeout_s = 3
+    with running_server({"NMT_MODEL_DIRS": str(tiny_sentinel_checkpoint), "NMT_WORKERS": "1",
+                         "NMT_THREADS_PER_WORKER": "1", "NMT_DETECT_LANGUAGES": "en,de", "NMT_CACHE": "false",
+                         "NMT_ATTENTION_IN_FLIGHT_VALUES": "4000000",
+                         "NMT_SEND_TIMEOUT_S": str(timeout_s)}) as (url, process):
+        post = lambda: httpx.post(f"{url}/v1/translate", content=body,  # noqa: E731
+                                  headers={"content-type": "application/json"}, timeout=60)
+        answer_bytes = len(post().content)
+        port = int(url.rsplit(":", 1)[1])
+        request = (b"POST /v1/translate HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: %d\r\n\r\n" % len(body)) + body
+        before, peak, connections = tree_rss(process.pid), 0, []
+        try:
+            for _ in range(16):
+                connection = socket.create_connection(("127.0.0.1", port))
+                connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                connection.sendall(request)
+                connections.append(connection)
+                deadline = time.monotonic() + 0.5
+                while time.monotonic() < deadline:
+                    peak = max(peak, tree_rss(process.pid))
+                    time.sleep(0.05)
+            statuses = []
+            for connection in connections:
+                connection.settimeout(60)
+                statuses.append(connection.recv(12).split(b" ")[1])
+            time.sleep(timeout_s + 1)
+            after = post()  # the unread connections are still open, their reservations gone
+        finally:
+            for connection in connections:
+                connection.close()
+        print(f"\n16 unread attention requests 0.5 s apart: {statuses.count(b'200')} answered, "
+              f"{statuses.count(b'429')} refused; server tree +{(peak - before) / MiB:.0f} MiB (one answer "
+              f"{answer_bytes / MiB:.1f} MiB)")
+        assert statuses.count(b"429") >= 4 and statuses.count(b"200") >= 4, statuses
+        assert peak - before < 6 * answer_bytes
+        assert after.status_code == 200, after.text[:300]

@@ -2,7 +2,9 @@
 
 A body declared larger than the cap (Content-Length) is refused with a 413 before a byte of it is
 read; one sent without a length (chunked) is counted as it arrives and refused as soon as it
-passes the cap. No request makes the server hold more than the cap, however large it is.
+passes the cap. No request makes the server hold more than the cap, however large it is. A body
+that stops arriving for NMT_READ_TIMEOUT_S is answered 408 and its connection closed (the head's
+deadline is the HTTP protocol's: app/serve.py).
 File uploads (POST /translate_file) have their own, larger cap.
 
 A JSON body is scanned before anything parses it: nesting deeper than NMT_MAX_JSON_DEPTH or more
@@ -71,9 +73,10 @@ class BodyLimit:
     `max_bytes`; JSON bodies at most `max_json_depth` levels and `max_json_values` values."""
 
     def __init__(self, app, max_bytes: int, max_file_bytes: int, file_paths: tuple[str, ...] = ("/translate_file",),
-                 max_json_depth: int = 32, max_json_values: int = 10_000):
+                 max_json_depth: int = 32, max_json_values: int = 10_000, read_timeout_s: float = 30.0):
         self.app, self.max_bytes, self.max_file_bytes, self.file_paths = app, max_bytes, max_file_bytes, file_paths
         self.max_json_depth, self.max_json_values = max_json_depth, max_json_values
+        self.read_timeout_s = read_timeout_s
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -85,12 +88,20 @@ class BodyLimit:
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             return await error_response(413, _too_large(limit, setting), path=scope["path"])(scope, receive, send)
-        received = 0
+        received, body_done = 0, False
         json_chunks: list[bytes] | None = [] if _is_json(scope) else None
 
         async def receive_within_limit():
-            nonlocal received
-            message = await receive()
+            nonlocal received, body_done
+            if body_done:  # after the body, what comes is the client going away, whenever it does
+                return await receive()
+            try:
+                async with asyncio.timeout(self.read_timeout_s):
+                    message = await receive()
+            except TimeoutError:
+                raise HTTPException(408, f"the request body stopped arriving: nothing for {self.read_timeout_s:g} s "
+                                    f"after {received:,} bytes (NMT_READ_TIMEOUT_S)", {"Connection": "close"}) from None
+            body_done = message["type"] != "http.request" or not message.get("more_body", False)
             if message["type"] == "http.request":
                 chunk = message.get("body", b"")
                 received += len(chunk)

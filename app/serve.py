@@ -13,7 +13,9 @@ SIGTERM / Ctrl-C stop accepting, finish in-flight requests, then stop the engine
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import json
 import logging
 import multiprocessing
@@ -24,6 +26,7 @@ import threading
 from pathlib import Path
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.engine import engine_main, visible_cuda_devices
 from app.main import create_app
@@ -42,7 +45,8 @@ def serve(host: str | None, port: int | None, model_dirs: list[str] | None) -> N
     # proxy_headers off: uvicorn would otherwise take X-Forwarded-For from any loopback peer as the
     # client's address, whatever NMT_TRUST_FORWARDED_FOR says; the service reads it itself when told to
     options = dict(host=host or settings.host, port=port or settings.port, log_level="info", proxy_headers=False,
-                   access_log=settings.access_log, timeout_graceful_shutdown=int(settings.shutdown_timeout_s) or None)
+                   access_log=settings.access_log, timeout_graceful_shutdown=int(settings.shutdown_timeout_s) or None,
+                   http=functools.partial(HeadTimeoutProtocol, head_timeout_s=settings.read_timeout_s))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     processes = settings.http_process_count(visible_cuda_devices(), cores)
     if processes == 1:
@@ -71,6 +75,49 @@ def _serve_processes(settings: Settings, options: dict) -> None:
             engine.stop(settings.shutdown_timeout_s + 15)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+class HeadTimeoutProtocol(HttpToolsProtocol):
+    """uvicorn's HTTP/1.1 protocol (httptools) with a deadline for each request's head: a connection
+    that has not sent a whole request line and headers within NMT_READ_TIMEOUT_S of opening, or of
+    the first byte of its next request, is closed. uvicorn has none: a connection that sends
+    nothing, or a header line now and then, stays open for good, and enough of them (each a file
+    descriptor) leave none for anyone else. A body that stops arriving is the app's to answer
+    (app/body_limit.py: 408)."""
+
+    def __init__(self, *args, head_timeout_s: float, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.head_timeout_s = head_timeout_s
+        self._head_deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._await_head()
+
+    def on_message_begin(self) -> None:  # the first byte of a request
+        super().on_message_begin()
+        self._await_head()
+
+    def on_headers_complete(self) -> None:
+        self._head_arrived()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc) -> None:
+        self._head_arrived()
+        super().connection_lost(exc)
+
+    def _await_head(self) -> None:
+        if self._head_deadline is None:
+            self._head_deadline = self.loop.call_later(self.head_timeout_s, self._head_too_slow)
+
+    def _head_arrived(self) -> None:
+        if self._head_deadline is not None:
+            self._head_deadline.cancel()
+            self._head_deadline = None
+
+    def _head_too_slow(self) -> None:
+        self._head_deadline = None
+        self.transport.close()
 
 
 class EngineProcess:

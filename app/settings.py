@@ -98,6 +98,9 @@ class Settings(BaseSettings):
                                       "(max_length, else 1.5 x its source tokens + 10), which is ~1.4x what a "
                                       "translation usually has: the shipped models' largest text (512 tokens) "
                                       "fits with one hypothesis, 200 tokens with four.")
+    read_timeout_s: float = Field(30.0, gt=0, description="Seconds a client may take to send a request's head "
+                                  "(request line and headers: past it the connection is closed) and between two "
+                                  "pieces of its body (408).")
     send_timeout_s: float = Field(30.0, gt=0, description="Seconds a client may take no part of its "
                                   "response (sent in pieces of 256 KiB as it reads them) before the server "
                                   "closes its connection, releasing what the response held.")

@@ -5,6 +5,13 @@ read; one sent without a length (chunked) is counted as it arrives and refused a
 passes the cap. No request makes the server hold more than the cap, however large it is. A body
 that stops arriving for NMT_READ_TIMEOUT_S is answered 408 and its connection closed (the head's
 deadline is the HTTP protocol's: app/serve.py).
+
+The bodies of all the requests in flight in one HTTP process are held within one budget too,
+NMT_BODY_BYTES_IN_FLIGHT, counted as their bytes arrive and until each request is answered: many
+connections that each send most of a large body and hold back the rest would otherwise hold that
+many times the cap (200 of them, each 10 bytes short of 4 MiB, held +740 MiB; a byte now and then
+keeps each open). Past the budget a body is refused with 503 once it passes SMALL_BODY bytes, so
+the usual small request is never refused for it; one request alone always goes through.
 File uploads (POST /translate_file) have their own, larger cap.
 
 A JSON body is scanned before anything parses it: nesting deeper than NMT_MAX_JSON_DEPTH or more
@@ -21,6 +28,8 @@ import re
 from fastapi import HTTPException
 
 from app.errors import error_response
+
+SMALL_BODY = 64 * 1024  # bytes of a body never refused for the bodies in flight (most requests)
 
 # A JSON string (escapes included; possessive, so a string is read once and never backtracked into),
 # an unterminated one (to the end of the body), or one structural character: every token is found
@@ -73,10 +82,12 @@ class BodyLimit:
     `max_bytes`; JSON bodies at most `max_json_depth` levels and `max_json_values` values."""
 
     def __init__(self, app, max_bytes: int, max_file_bytes: int, file_paths: tuple[str, ...] = ("/translate_file",),
-                 max_json_depth: int = 32, max_json_values: int = 10_000, read_timeout_s: float = 30.0):
+                 max_json_depth: int = 32, max_json_values: int = 10_000, read_timeout_s: float = 30.0,
+                 max_in_flight_bytes: int = 256 * 2**20):
         self.app, self.max_bytes, self.max_file_bytes, self.file_paths = app, max_bytes, max_file_bytes, file_paths
         self.max_json_depth, self.max_json_values = max_json_depth, max_json_values
-        self.read_timeout_s = read_timeout_s
+        self.read_timeout_s, self.max_in_flight_bytes = read_timeout_s, max_in_flight_bytes
+        self.in_flight_bytes = 0  # body bytes the requests in flight have received
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -104,7 +115,13 @@ class BodyLimit:
             body_done = message["type"] != "http.request" or not message.get("more_body", False)
             if message["type"] == "http.request":
                 chunk = message.get("body", b"")
+                if received + len(chunk) > SMALL_BODY and received < self.in_flight_bytes and \
+                        self.in_flight_bytes + len(chunk) > self.max_in_flight_bytes:
+                    raise HTTPException(503, f"the server holds {self.in_flight_bytes:,} bytes of request bodies in "
+                                        f"flight, of {self.max_in_flight_bytes:,} (NMT_BODY_BYTES_IN_FLIGHT); retry "
+                                        "shortly", {"Retry-After": "1", "Connection": "close"})
                 received += len(chunk)
+                self.in_flight_bytes += len(chunk)
                 if received > limit:
                     # raised inside the route's body read: the error handlers answer it (app/errors.py)
                     raise HTTPException(413, _too_large(limit, setting))
@@ -120,4 +137,7 @@ class BodyLimit:
                             raise HTTPException(400, problem)
             return message
 
-        await self.app(scope, receive_within_limit, send)
+        try:
+            await self.app(scope, receive_within_limit, send)
+        finally:
+            self.in_flight_bytes -= received

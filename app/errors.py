@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from app.markup import TooDeep
 from app.storage import QuotaExceeded, StorageUnavailable
@@ -129,6 +130,11 @@ def install(app: FastAPI) -> None:
         log.warning("%s %s: %s", request.method, request.url.path, exc.detail)
         return error_response(503, "this needs the shared store, which is unavailable; translation without it still "
                               "works (alignments, files and keys in Redis do not)")
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(request: Request, exc: ClientDisconnect):  # while its body was read: nobody to answer
+        log.info("%s %s: the client went away before its request body arrived", request.method, request.url.path)
+        return error_response(499, "the client closed the connection before sending its whole request")
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):

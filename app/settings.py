@@ -98,6 +98,10 @@ class Settings(BaseSettings):
                                       "(max_length, else 1.5 x its source tokens + 10), which is ~1.4x what a "
                                       "translation usually has: the shipped models' largest text (512 tokens) "
                                       "fits with one hypothesis, 200 tokens with four.")
+    body_bytes_in_flight: int = Field(256 * 2**20, ge=1024, description="Most bytes of request bodies the "
+                                      "requests in flight in one HTTP process may hold together, counted as they "
+                                      "arrive until each is answered; past it a body larger than 64 KiB gets 503 "
+                                      "(one request alone always goes through).")
     read_timeout_s: float = Field(30.0, gt=0, description="Seconds a client may take to send a request's head "
                                   "(request line and headers: past it the connection is closed) and between two "
                                   "pieces of its body (408).")

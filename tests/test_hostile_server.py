@@ -11,6 +11,7 @@ Run with `-s` to print the table of answer times and /health's slowest answer (S
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -296,3 +297,45 @@ def test_connections_that_never_finish_a_request_are_closed(tiny_sentinel_checkp
             connection.close()
         process.terminate()
         process.wait(30)
+
+
+def test_bodies_held_back_by_many_connections_stay_within_the_budget(tiny_sentinel_checkpoint):
+    """Connections that each send most of a large body and hold back its end keep what they sent in
+    the server until the body is complete; NMT_BODY_BYTES_IN_FLIGHT bounds them together (503 past
+    it, the connection closed), while small requests still go through (app/body_limit.py)."""
+    from tests.test_untrusted_server import tree_rss
+
+    body = json.dumps({"q": "a" * MiB, "source": "en", "target": "de"}).encode()
+    head = (b"POST /translate HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body))
+    with running_server({"NMT_MODEL_DIRS": str(tiny_sentinel_checkpoint), "NMT_WORKERS": "1",
+                         "NMT_THREADS_PER_WORKER": "1", "NMT_DETECT_LANGUAGES": "none",
+                         "NMT_BODY_BYTES_IN_FLIGHT": str(8 * MiB)}) as (url, process):
+        port = int(url.rsplit(":", 1)[1])
+        before, connections, statuses = tree_rss(process.pid), [], []
+        try:
+            for _ in range(30):
+                connection = socket.create_connection(("127.0.0.1", port))
+                connections.append(connection)
+                with contextlib.suppress(ConnectionError):  # refused while sending: its 503 may still be there
+                    connection.sendall(head + body[:-10])
+            time.sleep(1)
+            grown = tree_rss(process.pid) - before
+            small = httpx.post(f"{url}/translate", json={"q": "Open the file.", "source": "en", "target": "de"})
+            for connection in connections:
+                connection.settimeout(0.5)
+                try:
+                    statuses.append(connection.recv(12)[9:12] or b"closed")
+                except TimeoutError:
+                    statuses.append(b"held")
+                except ConnectionError:
+                    statuses.append(b"reset")
+        finally:
+            for connection in connections:
+                connection.close()
+        print(f"\n30 bodies of 1 MiB held 10 bytes short, a budget of 8 MiB: {statuses.count(b'held')} held, "
+              f"{statuses.count(b'503')} answered 503, the others closed; server tree +{grown / MiB:.0f} MiB")
+        assert 4 <= statuses.count(b"held") <= 9, statuses
+        assert statuses.count(b"503") >= 10, statuses
+        assert grown < 40 * MiB
+        assert small.status_code == 200, small.text

@@ -46,7 +46,8 @@ def serve(host: str | None, port: int | None, model_dirs: list[str] | None) -> N
     # client's address, whatever NMT_TRUST_FORWARDED_FOR says; the service reads it itself when told to
     options = dict(host=host or settings.host, port=port or settings.port, log_level="info", proxy_headers=False,
                    access_log=settings.access_log, timeout_graceful_shutdown=int(settings.shutdown_timeout_s) or None,
-                   http=functools.partial(HeadTimeoutProtocol, head_timeout_s=settings.read_timeout_s))
+                   http=functools.partial(HeadLimitProtocol, head_timeout_s=settings.read_timeout_s,
+                                          max_head_bytes=settings.max_head_bytes))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     processes = settings.http_process_count(visible_cuda_devices(), cores)
     if processes == 1:
@@ -77,22 +78,35 @@ def _serve_processes(settings: Settings, options: dict) -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-class HeadTimeoutProtocol(HttpToolsProtocol):
-    """uvicorn's HTTP/1.1 protocol (httptools) with a deadline for each request's head: a connection
-    that has not sent a whole request line and headers within NMT_READ_TIMEOUT_S of opening, or of
-    the first byte of its next request, is closed. uvicorn has none: a connection that sends
-    nothing, or a header line now and then, stays open for good, and enough of them (each a file
-    descriptor) leave none for anyone else. A body that stops arriving is the app's to answer
+class HeadLimitProtocol(HttpToolsProtocol):
+    """uvicorn's HTTP/1.1 protocol (httptools) with a deadline and a size for each request's head
+    (request line and headers). A connection that has not sent a whole head within
+    NMT_READ_TIMEOUT_S of opening, or of the first byte of its next request, is closed; a head
+    past NMT_MAX_HEAD_BYTES gets 431 and the connection closed. uvicorn has neither: a connection
+    that sends nothing, or a header line now and then, stayed open for good (enough of them, each
+    a file descriptor, leave none for anyone else), and one header or URL of 20 MiB held 20 MiB
+    for as long as its head was unfinished. A body that stops arriving is the app's to answer
     (app/body_limit.py: 408)."""
 
-    def __init__(self, *args, head_timeout_s: float, **kwargs):
+    def __init__(self, *args, head_timeout_s: float, max_head_bytes: int, **kwargs):
         super().__init__(*args, **kwargs)
-        self.head_timeout_s = head_timeout_s
+        self.head_timeout_s, self.max_head_bytes = head_timeout_s, max_head_bytes
         self._head_deadline: asyncio.TimerHandle | None = None
+        self._head_bytes: int | None = 0  # bytes received of the head not yet complete; None: no head pending
+        self._refused = False
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
         self._await_head()
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        if self._head_bytes is not None:
+            self._head_bytes += len(data)
+        super().data_received(data)
+        if self._head_bytes is not None and self._head_bytes > self.max_head_bytes and not self._refused:
+            self._refuse_head()
 
     def on_message_begin(self) -> None:  # the first byte of a request
         super().on_message_begin()
@@ -107,16 +121,28 @@ class HeadTimeoutProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def _await_head(self) -> None:
+        if self._head_bytes is None:
+            self._head_bytes = 0
         if self._head_deadline is None:
             self._head_deadline = self.loop.call_later(self.head_timeout_s, self._head_too_slow)
 
     def _head_arrived(self) -> None:
+        self._head_bytes = None
         if self._head_deadline is not None:
             self._head_deadline.cancel()
             self._head_deadline = None
 
     def _head_too_slow(self) -> None:
         self._head_deadline = None
+        self.transport.close()
+
+    def _refuse_head(self) -> None:
+        self._refused = True
+        self._head_arrived()
+        body = json.dumps({"error": f"request line and headers larger than {self.max_head_bytes:,} bytes "
+                                    "(NMT_MAX_HEAD_BYTES)"}).encode()
+        self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+                             b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body))
         self.transport.close()
 
 

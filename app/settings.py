@@ -102,6 +102,8 @@ class Settings(BaseSettings):
                                       "requests in flight in one HTTP process may hold together, counted as they "
                                       "arrive until each is answered; past it a body larger than 64 KiB gets 503 "
                                       "(one request alone always goes through).")
+    max_head_bytes: int = Field(64 * 1024, ge=4096, description="Largest request line and headers together, in "
+                                "bytes; past it 431 and the connection closed (`nmt serve`).")
     read_timeout_s: float = Field(30.0, gt=0, description="Seconds a client may take to send a request's head "
                                   "(request line and headers: past it the connection is closed) and between two "
                                   "pieces of its body (408).")

@@ -204,7 +204,7 @@ def test_an_answer_nobody_reads_holds_its_reservation_until_the_send_timeout_cut
     text = " ".join(["Open the file and save it now."] * 5)
     body = json.dumps({"text": [text] * 16, "source": "en", "target": "de", "beam_size": 1, "max_length": 128,
                        "include_attention": True}).encode()
-    timeout_s = 3
+    timeout_s = 2
     with running_server({"NMT_MODEL_DIRS": str(tiny_sentinel_checkpoint), "NMT_WORKERS": "1",
                          "NMT_THREADS_PER_WORKER": "1", "NMT_DETECT_LANGUAGES": "en,de", "NMT_CACHE": "false",
                          "NMT_ATTENTION_IN_FLIGHT_VALUES": "4000000",
@@ -222,7 +222,7 @@ def test_an_answer_nobody_reads_holds_its_reservation_until_the_send_timeout_cut
                 connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
                 connection.sendall(request)
                 connections.append(connection)
-                deadline = time.monotonic() + 0.5
+                deadline = time.monotonic() + 0.3
                 while time.monotonic() < deadline:
                     peak = max(peak, tree_rss(process.pid))
                     time.sleep(0.05)
@@ -235,11 +235,11 @@ def test_an_answer_nobody_reads_holds_its_reservation_until_the_send_timeout_cut
         finally:
             for connection in connections:
                 connection.close()
-        print(f"\n16 unread attention requests 0.5 s apart: {statuses.count(b'200')} answered, "
+        print(f"\n16 unread attention requests 0.3 s apart: {statuses.count(b'200')} answered, "
               f"{statuses.count(b'429')} refused; server tree +{(peak - before) / MiB:.0f} MiB (one answer "
               f"{answer_bytes / MiB:.1f} MiB)")
         assert statuses.count(b"429") >= 4 and statuses.count(b"200") >= 4, statuses
-        assert peak - before < 6 * answer_bytes
+        assert peak - before < 8 * answer_bytes  # 16 kept answers would hold 16 x that, and more
         assert after.status_code == 200, after.text[:300]
 
 

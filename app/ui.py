@@ -26,6 +26,8 @@ MEDIA_TYPES = {
     ".json": "application/json",
 }
 NO_CACHE = {"Cache-Control": "no-cache"}  # revalidate, so a deploy is picked up at once
+# What /static/ serves: the directory's files, looked up by name, so no client path reaches the disk
+STATIC_FILES = {p.name: p for p in STATIC_DIR.iterdir() if p.is_file() and p.suffix in MEDIA_TYPES}
 
 router = APIRouter(include_in_schema=False)
 
@@ -38,7 +40,7 @@ def index() -> FileResponse:
 
 @router.get("/static/{name:path}")
 def static_file(name: str) -> FileResponse:
-    path = (STATIC_DIR / name).resolve()
-    if not path.is_relative_to(STATIC_DIR) or not path.is_file() or path.suffix not in MEDIA_TYPES:
-        raise HTTPException(status_code=404, detail=f"no static file {name!r}")
+    path = STATIC_FILES.get(name)
+    if path is None:
+        raise HTTPException(status_code=404, detail=f"no static file {name[:100]!r}")
     return FileResponse(path, media_type=MEDIA_TYPES[path.suffix], headers=NO_CACHE)

@@ -51,7 +51,8 @@ def test_assets_have_their_types(client, name, media_type):
 
 
 @pytest.mark.parametrize("path", ["/static/../ui.py", "/static/%2e%2e/ui.py", "/static/..%2fui.py",
-                                  "/static/nope.js", "/static/"])
+                                  "/static/nope.js", "/static/", "/static/%00", "/static/viewer.js%00.png",
+                                  "/static//etc/passwd"])
 def test_nothing_outside_static_is_served(client, path):
     assert client.get(path).status_code == 404
 

@@ -61,6 +61,16 @@ def new_glossary(name: str, source_lang: str, target_lang: str, entries: dict[st
     return Glossary(str(uuid.uuid4()), name, source_lang, target_lang, entries, now, owner)
 
 
+def ours(glossary_id: str) -> bool:
+    """Whether an id is of the form new_glossary gives (a UUID as str() writes it): any other names no
+    glossary and is not looked up (a client's id may be anything, a lone surrogate too, which
+    neither SQLite nor Redis can encode)."""
+    try:
+        return str(uuid.UUID(glossary_id)) == glossary_id
+    except (ValueError, TypeError, AttributeError):
+        return False
+
+
 def parse_entries(text: str, entries_format: str = "tsv") -> dict[str, str]:
     """DeepL's entry formats: `tsv` (source TAB target per line) or `csv` (source,target[,...]).
     TermError for an empty, duplicate or malformed entry, or too many."""
@@ -166,6 +176,8 @@ class GlossaryStore:
             db.commit()
 
     def get(self, glossary_id: str, owner: str) -> Glossary | None:
+        if not ours(glossary_id):
+            return None
         with self._lock:
             row = self._connect().execute("SELECT record FROM glossaries WHERE glossary_id = ? AND owner = ?",
                                           (glossary_id, owner)).fetchone()
@@ -178,6 +190,8 @@ class GlossaryStore:
         return [Glossary(**json.loads(r[0])) for r in rows]
 
     def delete(self, glossary_id: str, owner: str) -> bool:
+        if not ours(glossary_id):
+            return False
         with self._lock:
             db = self._connect()
             removed = db.execute("DELETE FROM glossaries WHERE glossary_id = ? AND owner = ?",
@@ -206,6 +220,8 @@ class RedisGlossaryStore:
         self.keys._call(self.keys.client.hset, self.HASH, glossary.glossary_id, _record(glossary))
 
     def get(self, glossary_id: str, owner: str) -> Glossary | None:
+        if not ours(glossary_id):
+            return None
         found = self.keys._call(self.keys.client.hget, self.HASH, glossary_id)
         glossary = Glossary(**json.loads(found)) if found else None
         return glossary if glossary and glossary.owner == owner else None

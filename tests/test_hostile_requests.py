@@ -101,6 +101,22 @@ def test_a_lone_surrogate_in_a_stored_glossary_name_is_a_400(client):
     assert response.status_code == 400, response.text
 
 
+@pytest.mark.parametrize("path", ["/translate", "/v1/translate", "/v2/translate"])
+def test_a_glossary_id_that_no_glossary_can_have_is_a_400_not_a_lookup(client, path):
+    """A lone surrogate (valid JSON, not valid Unicode) reached SQLite, which cannot encode it: a 500,
+    and the connection closed under the next request."""
+    import json
+    body = {"q": "Hello.", "source": "en", "target": "de", "text": ["Hello."], "source_lang": "EN",
+            "target_lang": "DE", "glossary_id": "\ud800"}
+    body = {k: v for k, v in body.items() if k in {"/translate": ("q", "source", "target", "glossary_id"),
+                                                   "/v1/translate": ("text", "source", "target", "glossary_id"),
+                                                   "/v2/translate": ("text", "source_lang", "target_lang",
+                                                                     "glossary_id")}[path]}
+    response = client.post(path, content=json.dumps(body).encode(), headers={"content-type": "application/json"})
+    assert response.status_code == 400, response.text
+    assert "glossary" in response.text and "\\ud800" in response.text
+
+
 def test_deepl_glossary_id_that_is_not_a_string_is_a_400(client):
     response = client.post("/v2/translate", json={"text": ["Hello."], "source_lang": "EN", "target_lang": "DE",
                                                    "glossary_id": ["x"]})

@@ -25,7 +25,7 @@ from tests.conftest import ready_client
 @pytest.fixture(scope="module")
 def client(tiny_sentinel_checkpoint):
     settings = Settings(model_dirs=[str(tiny_sentinel_checkpoint)], workers=1, threads_per_worker=1, max_wait_ms=2,
-                        cache=False)
+                        cache=False, detect_languages=["en", "de"])  # lingua's models for two load in a moment
     with ready_client(settings) as c:
         yield c
 
@@ -297,3 +297,37 @@ def test_a_keys_char_limit_holds_on_deepl_and_on_files(tiny_sentinel_checkpoint,
         assert file.status_code == 400 and "at most 20" in file.text
         assert c.post("/v2/translate", json={"text": ["Open it."], "source_lang": "EN", "target_lang": "DE"},
                       headers={"Authorization": "DeepL-Auth-Key twenty"}).status_code == 200
+
+
+# Each field of each route given each of these, alone on an otherwise valid request: every answer
+# is a 2xx or a 4xx (a JSON escape such as \ud800 is valid JSON but not valid Unicode).
+ODD_VALUES = [None, True, 0, -1, 2**63, 1.5, 1e308, "", " ", "xml", "0", "nonewlines", "\ud800", "\x00",
+              "x" * 3000, "<b>Hi</b>", "%s {x}", [], [None], [1, 2], ["\ud800"], {}, {"a": 1}, {"\ud800": "b"}]
+ROUTE_FIELDS = {
+    "/translate": ({"q": "Hello world.", "source": "en", "target": "de"},
+                   ["q", "source", "target", "format", "alternatives", "api_key", "glossary", "glossary_id",
+                    "do_not_translate"]),
+    "/v1/translate": ({"text": ["Hello world."], "source": "en", "target": "de"},
+                      ["text", "source", "target", "beam_size", "n_best", "max_length", "length_penalty",
+                       "alignments", "include_attention", "glossary", "glossary_id", "do_not_translate"]),
+    "/v2/translate": ({"text": ["Hello world."], "target_lang": "DE"},
+                      ["text", "source_lang", "target_lang", "tag_handling", "split_sentences", "ignore_tags",
+                       "formality", "glossary_id"]),
+    "/detect": ({"q": "Hello world."}, ["q", "api_key"]),
+    "/v2/glossaries": ({"name": "g", "source_lang": "EN", "target_lang": "DE", "entries": "a\tb",
+                        "entries_format": "tsv"}, ["name", "source_lang", "target_lang", "entries", "entries_format"]),
+}
+
+
+@pytest.mark.parametrize("path", list(ROUTE_FIELDS))
+def test_every_field_given_odd_values_gets_an_answer_that_is_not_a_server_error(client, path):
+    import json
+    base, fields = ROUTE_FIELDS[path]
+    failures = []
+    for field in fields:
+        for value in ODD_VALUES:
+            body = json.dumps({**base, field: value}).encode()
+            r = client.post(path, content=body, headers={"content-type": "application/json"})
+            if r.status_code >= 500:
+                failures.append((field, value, r.status_code, r.text[:120]))
+    assert not failures, failures

@@ -203,6 +203,25 @@ assert t.get_glossary_entries(g) == {"file": "Akte", "Nextcloud": "Nextcloud"}
 assert t.get_glossary(g.glossary_id).name == "Product"
 assert t.get_usage().character.count > 0 and not t.get_usage().any_limit_reached
 assert [(p.source_lang, p.target_lang) for p in t.get_glossary_languages()] == [("en", "de")]
+with open(sys.argv[2] + "/notes.txt", "wb") as f:
+    f.write(b"Open the file.\\nSave it in Nextcloud.\\n")
+with open(sys.argv[2] + "/notes.txt", "rb") as f, open(sys.argv[2] + "/notes_de.txt", "wb") as out:
+    status = t.translate_document(f, out, source_lang="EN", target_lang="DE", glossary=g)
+assert status.done and 33 <= status.billed_characters <= 37, status.billed_characters  # the text, lines or not
+translated = open(sys.argv[2] + "/notes_de.txt", encoding="utf-8").read()
+assert translated.count("\\n") == 2 and "Akte" in translated and "Nextcloud" in translated, translated
+handle = t.translate_document_upload(b"Open the file.", target_lang="DE", filename="x.txt")
+assert t.translate_document_get_status(handle).done and t.translate_document_download(handle).content
+try:
+    t.translate_document_get_status(deepl.DocumentHandle(handle.document_id, "0" * 16))
+    raise SystemExit("a document was found with a wrong key")
+except deepl.DeepLException:
+    pass
+try:
+    t.translate_document_upload(b"Open the file.", target_lang="DE", filename="x.txt", output_format="docx")
+    raise SystemExit("a text file was promised as a docx")
+except deepl.DeepLException as e:
+    assert "output_format" in str(e), e
 t.delete_glossary(g)
 try:
     t.get_glossary(g.glossary_id)
@@ -218,7 +237,7 @@ def test_the_deepl_client_round_trip_against_a_real_server(tiny_sentinel_checkpo
     env = {"NMT_MODEL_DIRS": str(tiny_sentinel_checkpoint), "NMT_WORKERS": "1", "NMT_THREADS_PER_WORKER": "1",
            "NMT_KEYS_DB": str(tmp_path / "keys.db"), "NMT_DETECT_LANGUAGES": "en,de"}
     with running_server(env) as (url, _):
-        run = subprocess.run([sys.executable, "-c", DEEPL_ROUND_TRIP, url], capture_output=True, text=True,
+        run = subprocess.run([sys.executable, "-c", DEEPL_ROUND_TRIP, url, str(tmp_path)], capture_output=True, text=True,
                              timeout=120)
         assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-3000:]
 

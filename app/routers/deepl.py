@@ -11,6 +11,9 @@ Weblate's DeepL machine translation, ...) work against this server unchanged:
     GET  /v2/glossaries/{id}/entries     its entries as TSV
     DELETE /v2/glossaries/{id}
     GET  /v2/glossary-language-pairs
+    POST /v2/document                    file, target_lang, source_lang, glossary_id, formality, output_format
+    POST /v2/document/{id}               document_key: its status (done once the upload is answered)
+    POST /v2/document/{id}/result        document_key: the translated file
 
 `Authorization: DeepL-Auth-Key <key>` is one of our API keys (NMT_API_KEYS, `nmt keys`) with its
 limits; on a server without keys any key is accepted and the clients share one set of
@@ -28,18 +31,22 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from typing import Annotated
+from urllib.parse import quote
 
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from app import documents
 from app.errors import ApiError
-from app.forms import read_fields
+from app.forms import Upload, read_fields
 from app.glossaries import MAX_ENTRIES, new_glossary, owner_of, parse_entries, stored_bytes
 from app.markup import Reading
 from app.protocol import DeepLErrorResponse
 from app.registry import reported_code
 from app.routers import ServiceDep
+from app.routers.files import translate_upload
 from app.service import Service
 from model.clean import lone_surrogate
 from model.sentences import Splitting
@@ -275,3 +282,78 @@ async def delete_glossary(glossary_id: GlossaryId, request: Request, service: Se
     glossary, key = await _glossary(request, service, glossary_id)
     await asyncio.to_thread(service.glossaries.delete, glossary_id, owner_of(key))
     return Response(status_code=204)
+
+
+# --- documents -----------------------------------------------------------------------------------
+# A document is translated while its upload waits (as /translate_file does), so its status is
+# "done" from the start. The file store's id (32 hex digits) is the capability: DeepL's
+# document_id is its first half, document_key the second, and the status and result routes need
+# both.
+DocumentId = Annotated[str, Path(description="The document_id POST /v2/document returned.", max_length=64,
+                                 examples=["5f0c9e1a2b3c4d5e"])]
+
+
+@router.post("/document", summary="Translate a document (DeepL-compatible)",
+             responses=errors(400, 403, 413, 429, 503, 504))
+async def upload_document(request: Request, service: ServiceDep):
+    """Multipart: `file` (its name's extension says its format; `filename` may name it instead),
+    `target_lang`, optional `source_lang`, `glossary_id`, `formality`, `output_format` (only the
+    input's own). The formats /translate_file takes."""
+    if not service.settings.files_translation:
+        raise ApiError(403, "Document translation is disabled on this server.")
+    started = time.monotonic()
+    fields, files = await read_fields(request, max_fields=service.settings.max_form_fields)
+    upload = files.get("file")
+    if upload is None:
+        raise ApiError(400, "Parameter 'file' not specified.")
+    if isinstance(fields.get("filename"), str) and fields["filename"]:
+        upload = Upload(fields["filename"], upload.data)
+    if not upload.filename:
+        raise ApiError(400, "Parameter 'filename' not specified: the file's name says its format.")
+    key, char_limit = await admit(request, service, auth_key(request, fields))
+    target = our_code(fields.get("target_lang"), "target_lang", service.registry)
+    source = our_code(fields["source_lang"], "source_lang", service.registry) if fields.get("source_lang") else "auto"
+    check_formality(fields.get("formality"))
+    output_format = fields.get("output_format")
+    own_format = documents.extension(upload.filename).lstrip(".")
+    if output_format and str(output_format).lower().lstrip(".") != own_format:
+        raise ApiError(400, f"Value for 'output_format' not supported: {output_format!r}; a document comes back in "
+                       f"its own format ({own_format or 'none'}).")
+    glossary_id = fields.get("glossary_id")
+    if not isinstance(glossary_id, str | None):
+        raise ApiError(400, "Parameter 'glossary_id' must be one glossary id (a string).")
+    if glossary_id and source == "auto":
+        raise ApiError(400, "Use of a glossary requires the 'source_lang' parameter to be specified.")
+    file_id, _, characters = await translate_upload(request, service, upload, source, target, None, glossary_id,
+                                                    None, key, char_limit, started)
+    await service.count_usage(owner_of(key), characters)
+    return {"document_id": file_id[:16], "document_key": file_id[16:]}
+
+
+async def _document(request: Request, service: Service, document_id: str):
+    fields, _ = await read_fields(request, max_fields=service.settings.max_form_fields)
+    await admit(request, service, auth_key(request, fields))
+    document_key = fields.get("document_key")
+    if not isinstance(document_key, str) or not document_key:
+        raise ApiError(400, "Parameter 'document_key' not specified.")
+    found = await service.files.get(document_id + document_key)
+    if found is None:
+        raise ApiError(404, f"Document not found: {document_id} with this document_key (documents are kept "
+                       f"{service.settings.file_ttl_s:g} s)")
+    return found
+
+
+@router.post("/document/{document_id}", summary="A document's status (DeepL-compatible)",
+             responses=errors(400, 403, 404, 429))
+async def document_status(document_id: DocumentId, request: Request, service: ServiceDep):
+    found = await _document(request, service, document_id)
+    return {"document_id": document_id, "status": "done", "billed_characters": found.characters}
+
+
+@router.post("/document/{document_id}/result", summary="A translated document (DeepL-compatible)",
+             responses={**errors(400, 403, 404, 429), 200: {"content": {"application/octet-stream": {}},
+                                                             "description": "The translated document."}})
+async def document_result(document_id: DocumentId, request: Request, service: ServiceDep):
+    found = await _document(request, service, document_id)
+    return Response(found.data, media_type="application/octet-stream",
+                    headers={"Content-Disposition": f"attachment; filename*=UTF-8''{quote(found.name)}"})

@@ -20,9 +20,10 @@ from fastapi.responses import Response
 from app import documents, markup
 from app.documents.isolated import DocumentError
 from app.errors import ApiError
-from app.forms import read_fields
+from app.forms import Upload, read_fields
 from app.protocol import LTTranslateFileResponse
 from app.routers import ServiceDep, errors
+from app.service import Service
 from model.clean import clean_text
 
 router = APIRouter(tags=["libretranslate"])
@@ -71,7 +72,20 @@ async def translate_file(request: Request, service: ServiceDep):
         raise ApiError(400, "Invalid request: missing file parameter")
     source, target = _text_field(fields, "source"), _text_field(fields, "target")
     key = fields.get("api_key") if isinstance(fields.get("api_key"), str) else None
-    char_limit = await service.admit(request, key or request.headers.get("x-api-key"))
+    key = key or request.headers.get("x-api-key")
+    char_limit = await service.admit(request, key)
+    file_id, name, _ = await translate_upload(request, service, upload, source, target, fields.get("glossary"),
+                                              _optional_text(fields, "glossary_id"), fields.get("do_not_translate"),
+                                              key, char_limit, started)
+    return LTTranslateFileResponse(translatedFileUrl=str(request.url_for("download_file", file=f"{file_id}.{name}")))
+
+
+async def translate_upload(request: Request, service: Service, upload: Upload, source: str, target: str, glossary,
+                           glossary_id: str | None, do_not_translate, key: str | None, char_limit: int,
+                           started: float) -> tuple[str, str, int]:
+    """An uploaded file translated and kept in the file store (NMT_FILE_TTL_S): (its id there, its
+    name, the characters of text it held). For /translate_file and DeepL's /v2/document."""
+    s = service.settings
     extension = documents.extension(upload.filename)
     if extension not in documents.extensions():
         raise ApiError(400, f"Invalid request: file format not supported ({extension or 'no extension'}); "
@@ -86,9 +100,9 @@ async def translate_file(request: Request, service: ServiceDep):
         raise ApiError(400, f"{upload.filename} holds {characters:,} characters of text; this API key may send at "
                        f"most {char_limit:,} per request")
     try:
-        texts, language = await service.translate_file_texts(
-            request, texts, html, source, target, fields.get("glossary"), _optional_text(fields, "glossary_id"),
-            fields.get("do_not_translate"), key or request.headers.get("x-api-key"), upload.filename, started)
+        texts, language = await service.translate_file_texts(request, texts, html, source, target, glossary,
+                                                             glossary_id, do_not_translate, key, upload.filename,
+                                                             started)
     except markup.TooDeep as e:
         raise ApiError(400, f"{upload.filename}: {e}") from None
     try:
@@ -96,12 +110,12 @@ async def translate_file(request: Request, service: ServiceDep):
     except DocumentError as e:
         raise ApiError(e.status, f"{upload.filename}: translated, but {e.message}") from None
     name = documents.output_name(upload.filename, language)
-    file_id = await service.files.put(name, data, service.owner(request))
+    file_id = await service.files.put(name, data, service.owner(request), characters)
     if file_id is None:
         raise ApiError(413, f"the translated file has {len(data):,} bytes; the server keeps at most "
                        f"{s.file_store_bytes:,} (NMT_FILE_STORE_BYTES)")
     service.metrics.files.labels(extension).inc()
-    return LTTranslateFileResponse(translatedFileUrl=str(request.url_for("download_file", file=f"{file_id}.{name}")))
+    return file_id, name, characters
 
 
 @router.get("/download_file/{file}", name="download_file", responses=errors(403, 404, 429, 503),
@@ -119,6 +133,6 @@ async def download_file(request: Request, service: ServiceDep,
     if found is None:
         raise ApiError(404, f"no translated file {file!r}: it expired (files are kept "
                        f"{service.settings.file_ttl_s:g} s) or never existed")
-    name, data = found
+    name, data, _ = found
     disposition = f"attachment; filename*=UTF-8''{quote(name)}"
     return Response(data, media_type="application/octet-stream", headers={"Content-Disposition": disposition})

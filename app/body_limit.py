@@ -12,7 +12,7 @@ connections that each send most of a large body and hold back the rest would oth
 many times the cap (200 of them, each 10 bytes short of 4 MiB, held +740 MiB; a byte now and then
 keeps each open). Past the budget a body is refused with 503 once it passes SMALL_BODY bytes, so
 the usual small request is never refused for it; one request alone always goes through.
-File uploads (POST /translate_file) have their own, larger cap.
+File uploads (POST /translate_file, DeepL's POST /v2/document) have their own, larger cap.
 
 A JSON body is scanned before anything parses it: nesting deeper than NMT_MAX_JSON_DEPTH or more
 than NMT_MAX_JSON_VALUES values is a 400. A parser would build a Python object for every value,
@@ -81,7 +81,8 @@ class BodyLimit:
     """ASGI middleware: bodies of requests to `file_paths` may hold `max_file_bytes`, others
     `max_bytes`; JSON bodies at most `max_json_depth` levels and `max_json_values` values."""
 
-    def __init__(self, app, max_bytes: int, max_file_bytes: int, file_paths: tuple[str, ...] = ("/translate_file",),
+    def __init__(self, app, max_bytes: int, max_file_bytes: int,
+                 file_paths: tuple[str, ...] = ("/translate_file", "/v2/document"),
                  max_json_depth: int = 32, max_json_values: int = 10_000, read_timeout_s: float = 30.0,
                  max_in_flight_bytes: int = 256 * 2**20):
         self.app, self.max_bytes, self.max_file_bytes, self.file_paths = app, max_bytes, max_file_bytes, file_paths

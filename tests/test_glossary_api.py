@@ -273,3 +273,12 @@ def test_a_model_that_reads_annotations_gets_glossaries_inline_in_every_api(tmp_
         assert r.status_code == 200, r.text
         assert "Akte" in client.get(r.json()["translatedFileUrl"]).text
         assert retries() == 4
+
+
+def test_a_document_upload_has_the_file_cap_not_the_body_cap(client):
+    """DeepL's POST /v2/document takes files as /translate_file does: up to NMT_MAX_FILE_BYTES."""
+    data = b"Open the file.\n" * (350_000)  # 5.3 MB: past NMT_MAX_BODY_BYTES (4 MiB), within the file cap
+    r = client.post("/v2/document", files={"file": ("big.txt", data)}, data={"target_lang": "DE"})
+    assert "NMT_MAX_BODY_BYTES" not in r.text, r.text[:300]
+    r = client.post("/v2/document", files={"file": ("big.txt", data * 4)}, data={"target_lang": "DE"})
+    assert r.status_code == 413 and "NMT_MAX_FILE_BYTES" in r.json()["message"], r.text[:300]

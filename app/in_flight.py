@@ -79,7 +79,7 @@ class SendAndRelease:
             await self.app(scope, receive, paced)
         except SendTimeout:  # returning with the body unfinished: uvicorn closes the connection
             client = scope.get("client") or ("?",)
-            log.warning("%s %s: the client at %s read nothing of its response for %g s (NMT_SEND_TIMEOUT_S); "
+            log.warning("%s %s: the client at %s took no part of its response for %g s (NMT_SEND_TIMEOUT_S); "
                         "connection closed", scope.get("method"), scope.get("path"), client[0], self.send_timeout_s)
         finally:
             self.in_flight.release(scope)

@@ -146,6 +146,39 @@ def test_nmt_serve_counts_limits_by_the_peer_not_by_x_forwarded_for(tiny_sentine
         process.wait(30)
 
 
+def raw_post(path: str, body: bytes) -> bytes:
+    return (b"POST %s HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+            % (path.encode(), len(body))) + body
+
+
+def send_and_never_read(port: int, request: bytes) -> socket.socket:
+    """A connection that sends `request` and reads nothing (a receive buffer of 4 KiB)."""
+    connection = socket.create_connection(("127.0.0.1", port))
+    connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    connection.sendall(request)
+    return connection
+
+
+def peak_while(pid: int, seconds: float, peak: int) -> int:
+    """The process tree's largest resident size over `seconds`, sampled every 50 ms, and `peak`."""
+    from tests.test_untrusted_server import tree_rss
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        peak = max(peak, tree_rss(pid))
+        time.sleep(0.05)
+    return peak
+
+
+def statuses_of(connections: list[socket.socket]) -> list[bytes]:
+    """The status code each connection's answer starts with."""
+    out = []
+    for connection in connections:
+        connection.settimeout(60)
+        out.append(connection.recv(12).split(b" ")[1])
+    return out
+
+
 def test_clients_that_never_read_their_attention_hold_no_more_than_the_budget(tiny_sentinel_checkpoint):
     """60 connections each ask for the attention of 16 long texts (~14 MB of JSON) and read
     nothing: past NMT_ATTENTION_IN_FLIGHT_VALUES they get 429 at once, so the server grows by what
@@ -163,25 +196,13 @@ def test_clients_that_never_read_their_attention_hold_no_more_than_the_budget(ti
         assert one.status_code == 200, one.text[:300]
         answer_bytes = len(one.content)
         assert answer_bytes > 8 * MiB  # more than the kernel's socket buffers take off the server
-        port = int(url.rsplit(":", 1)[1])
-        request = (b"POST /v1/translate HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
-                   b"Content-Length: %d\r\n\r\n" % len(body)) + body
-        before, peak, connections = tree_rss(process.pid), 0, []
+        port, request = int(url.rsplit(":", 1)[1]), raw_post("/v1/translate", body)
+        before, connections = tree_rss(process.pid), []
         try:
             with HealthPoller(url) as health:
-                for _ in range(60):
-                    connection = socket.create_connection(("127.0.0.1", port))
-                    connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-                    connection.sendall(request)
-                    connections.append(connection)
-                deadline = time.monotonic() + 8
-                while time.monotonic() < deadline:
-                    peak = max(peak, tree_rss(process.pid))
-                    time.sleep(0.05)
-            statuses = []
-            for connection in connections:
-                connection.settimeout(60)
-                statuses.append(connection.recv(12).split(b" ")[1])
+                connections += [send_and_never_read(port, request) for _ in range(60)]
+                peak = peak_while(process.pid, 8, 0)
+            statuses = statuses_of(connections)
         finally:
             for connection in connections:
                 connection.close()
@@ -212,24 +233,13 @@ def test_an_answer_nobody_reads_holds_its_reservation_until_the_send_timeout_cut
         post = lambda: httpx.post(f"{url}/v1/translate", content=body,  # noqa: E731
                                   headers={"content-type": "application/json"}, timeout=60)
         answer_bytes = len(post().content)
-        port = int(url.rsplit(":", 1)[1])
-        request = (b"POST /v1/translate HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
-                   b"Content-Length: %d\r\n\r\n" % len(body)) + body
+        port, request = int(url.rsplit(":", 1)[1]), raw_post("/v1/translate", body)
         before, peak, connections = tree_rss(process.pid), 0, []
         try:
             for _ in range(16):
-                connection = socket.create_connection(("127.0.0.1", port))
-                connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-                connection.sendall(request)
-                connections.append(connection)
-                deadline = time.monotonic() + 0.3
-                while time.monotonic() < deadline:
-                    peak = max(peak, tree_rss(process.pid))
-                    time.sleep(0.05)
-            statuses = []
-            for connection in connections:
-                connection.settimeout(60)
-                statuses.append(connection.recv(12).split(b" ")[1])
+                connections.append(send_and_never_read(port, request))
+                peak = peak_while(process.pid, 0.3, peak)
+            statuses = statuses_of(connections)
             time.sleep(timeout_s + 1)
             after = post()  # the unread connections are still open, their reservations gone
         finally:
@@ -315,8 +325,7 @@ def test_bodies_held_back_by_many_connections_stay_within_the_budget(tiny_sentin
     from tests.test_untrusted_server import tree_rss
 
     body = json.dumps({"q": "a" * MiB, "source": "en", "target": "de"}).encode()
-    head = (b"POST /translate HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n" % len(body))
+    held_back = raw_post("/translate", body)[:-10]  # all but its last 10 bytes
     with running_server({"NMT_MODEL_DIRS": str(tiny_sentinel_checkpoint), "NMT_WORKERS": "1",
                          "NMT_THREADS_PER_WORKER": "1", "NMT_DETECT_LANGUAGES": "none",
                          "NMT_BODY_BYTES_IN_FLIGHT": str(8 * MiB)}) as (url, process):
@@ -327,7 +336,7 @@ def test_bodies_held_back_by_many_connections_stay_within_the_budget(tiny_sentin
                 connection = socket.create_connection(("127.0.0.1", port))
                 connections.append(connection)
                 with contextlib.suppress(ConnectionError):  # refused while sending: its 503 may still be there
-                    connection.sendall(head + body[:-10])
+                    connection.sendall(held_back)
             time.sleep(1)
             grown = tree_rss(process.pid) - before
             small = httpx.post(f"{url}/translate", json={"q": "Open the file.", "source": "en", "target": "de"})

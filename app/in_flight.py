@@ -1,10 +1,11 @@
 """The attention that requests in flight hold, within one budget per HTTP process.
 
-A /v1/translate request that keeps attention (include_attention, alignments) holds up to
-NMT_MAX_ATTENTION_VALUES of it, as arrays once decoded, as the lists and then the JSON of its
-response until its client has read it all; many such requests at once (or clients that read
-slowly) would hold that many times as much. So a request reserves its attention's bound
-(Service.attention_bounds) before it is decoded, and is refused with 429 when the reservations
+A /v1/translate request that keeps attention (include_attention, alignments), or a GET of a
+stored alignment, holds up to NMT_MAX_ATTENTION_VALUES of it, as arrays once decoded, as the
+lists and then the JSON of its response until its client has read it all; many such requests at
+once (or clients that read slowly) would hold that many times as much. So a request reserves its
+attention's bound (Service.attention_bounds; a GET the values of the view it asks for) before it
+is decoded or read, and is refused with 429 when the reservations
 of the requests in flight would pass NMT_ATTENTION_IN_FLIGHT_VALUES (one request alone is always
 let through: its own cap is NMT_MAX_ATTENTION_VALUES); what it reserved is released once its
 response has been sent, or it failed (`SendAndRelease`, an ASGI middleware around every route).
@@ -35,13 +36,14 @@ class AttentionInFlight:
     def __init__(self, budget: int):
         self.budget, self.values = budget, 0
 
-    def reserve(self, scope: dict, values: int) -> None:
-        """Reserve `values` for the request of `scope`, or 429 past the budget."""
+    def reserve(self, scope: dict, values: int,
+                smaller: str = "fewer or shorter texts, fewer hypotheses, a smaller max_length") -> None:
+        """Reserve `values` for the request of `scope`, or 429 past the budget (`smaller`: how the
+        request could ask for less)."""
         if self.values and self.values + values > self.budget:
             raise ApiError(429, f"too much attention in flight: other requests hold {self.values:,} values and this "
                            f"one could hold {values:,}, of {self.budget:,} together (NMT_ATTENTION_IN_FLIGHT_VALUES); "
-                           "retry shortly, or ask for less (fewer or shorter texts, fewer hypotheses, a smaller "
-                           "max_length)")
+                           f"retry shortly, or ask for less ({smaller})")
         self.values += values
         state = scope.setdefault("state", {})
         state[STATE_KEY] = state.get(STATE_KEY, 0) + values

@@ -111,9 +111,10 @@ class Settings(BaseSettings):
                                   "response (sent in pieces of 256 KiB as it reads them) before the server "
                                   "closes its connection, releasing what the response held.")
     attention_in_flight_values: int = Field(16_000_000, ge=1, description="Most attention values the "
-                                            "/v1/translate requests in flight in one HTTP process may hold "
-                                            "together, each counted as for NMT_MAX_ATTENTION_VALUES from before it "
-                                            "is decoded until its response has been sent; past it, 429 (one "
+                                            "/v1/translate requests and GET /v1/alignments answers in flight in one "
+                                            "HTTP process may hold together, each counted as for "
+                                            "NMT_MAX_ATTENTION_VALUES from before it is decoded (or read) until its "
+                                            "client has read its response; past it, 429 (one "
                                             "request alone always goes through).")
     alignment_max_items: int = Field(10_000, ge=0, description="Most stored alignments.")
     alignment_max_bytes: int = Field(256 * 2**20, ge=0, description="Most bytes of stored attention arrays.")

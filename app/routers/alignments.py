@@ -47,6 +47,9 @@ async def get_alignment(
     layers, heads = stored.attention.shape[:2]
     _check("layer", layer, layers)
     _check("head", head, heads)
+    # what the answer holds until its client has read it, within the attention in flight (app/in_flight.py)
+    values = stored.attention[0, 0].size * (layers if layer is None else 1) * (heads if head is None else 1)
+    service.attention_in_flight.reserve(request.scope, values, smaller="layer=mean or head=mean, or one of each")
 
     def view() -> Response:  # the reductions and the JSON, off the event loop
         attention = select(select(stored.attention, 0, layer), 1, head)

@@ -11,7 +11,9 @@ NMT_BODY_BYTES_IN_FLIGHT, counted as their bytes arrive and until each request i
 connections that each send most of a large body and hold back the rest would otherwise hold that
 many times the cap (200 of them, each 10 bytes short of 4 MiB, held +740 MiB; a byte now and then
 keeps each open). Past the budget a body is refused with 503 once it passes SMALL_BODY bytes, so
-the usual small request is never refused for it; one request alone always goes through.
+the usual small request still goes through while large ones fill the budget; small bodies have a
+quarter of the budget more, past which they are refused too (else enough connections each
+holding back most of 63 KiB would hold any amount); one request alone always goes through.
 File uploads (POST /translate_file, DeepL's POST /v2/document) have their own, larger cap.
 
 A JSON body is scanned before anything parses it: nesting deeper than NMT_MAX_JSON_DEPTH or more
@@ -29,7 +31,7 @@ from fastapi import HTTPException
 
 from app.errors import error_response
 
-SMALL_BODY = 64 * 1024  # bytes of a body never refused for the bodies in flight (most requests)
+SMALL_BODY = 64 * 1024  # bodies up to this size (most requests) may go past the budget by a quarter
 
 # A JSON string (escapes included; possessive, so a string is read once and never backtracked into),
 # an unterminated one (to the end of the body), or one structural character: every token is found
@@ -116,8 +118,9 @@ class BodyLimit:
             body_done = message["type"] != "http.request" or not message.get("more_body", False)
             if message["type"] == "http.request":
                 chunk = message.get("body", b"")
-                if received + len(chunk) > SMALL_BODY and received < self.in_flight_bytes and \
-                        self.in_flight_bytes + len(chunk) > self.max_in_flight_bytes:
+                after = self.in_flight_bytes + len(chunk)
+                past = after > self.max_in_flight_bytes * (1 if received + len(chunk) > SMALL_BODY else 1.25)
+                if past and received < self.in_flight_bytes:  # (others hold some: one alone always passes)
                     raise HTTPException(503, f"the server holds {self.in_flight_bytes:,} bytes of request bodies in "
                                         f"flight, of {self.max_in_flight_bytes:,} (NMT_BODY_BYTES_IN_FLIGHT); retry "
                                         "shortly", {"Retry-After": "1", "Connection": "close"})

@@ -100,8 +100,9 @@ class Settings(BaseSettings):
                                       "fits with one hypothesis, 200 tokens with four.")
     body_bytes_in_flight: int = Field(256 * 2**20, ge=1024, description="Most bytes of request bodies the "
                                       "requests in flight in one HTTP process may hold together, counted as they "
-                                      "arrive until each is answered; past it a body larger than 64 KiB gets 503 "
-                                      "(one request alone always goes through).")
+                                      "arrive until each is answered; past it a body larger than 64 KiB gets 503, "
+                                      "and smaller ones past a quarter more (one request alone always goes "
+                                      "through).")
     max_head_bytes: int = Field(64 * 1024, ge=4096, description="Largest request line and headers together, in "
                                 "bytes; past it 431 and the connection closed (`nmt serve`).")
     read_timeout_s: float = Field(30.0, gt=0, description="Seconds a client may take to send a request's head "

@@ -319,41 +319,57 @@ def test_connections_that_never_finish_a_request_are_closed(tiny_sentinel_checkp
 
 
 def test_bodies_held_back_by_many_connections_stay_within_the_budget(tiny_sentinel_checkpoint):
-    """Connections that each send most of a large body and hold back its end keep what they sent in
-    the server until the body is complete; NMT_BODY_BYTES_IN_FLIGHT bounds them together (503 past
-    it, the connection closed), while small requests still go through (app/body_limit.py)."""
+    """Connections that each send most of a body and hold back its end keep what they sent in the
+    server until the body is complete; NMT_BODY_BYTES_IN_FLIGHT bounds them together (503 past it,
+    the connection closed): large bodies within the budget, while small requests still go through;
+    small ones (up to 64 KiB) within a quarter more (app/body_limit.py)."""
     from tests.test_untrusted_server import tree_rss
 
-    body = json.dumps({"q": "a" * MiB, "source": "en", "target": "de"}).encode()
-    held_back = raw_post("/translate", body)[:-10]  # all but its last 10 bytes
+    def hold_back(size: int, count: int) -> list[socket.socket]:  # bodies of `size` sent but their last 10 bytes
+        body = json.dumps({"q": "a" * size, "source": "en", "target": "de"}).encode()
+        held_back = raw_post("/translate", body)[:-10]
+        out = []
+        for _ in range(count):
+            out.append(socket.create_connection(("127.0.0.1", port)))
+            with contextlib.suppress(ConnectionError):  # refused while sending: its 503 may still be there
+                out[-1].sendall(held_back)
+        return out
+
+    def statuses(connections: list[socket.socket]) -> list[bytes]:
+        out = []
+        for connection in connections:  # an answer is there by now, or none will come
+            connection.settimeout(0.05)
+            try:
+                out.append(connection.recv(12)[9:12] or b"closed")
+            except TimeoutError:
+                out.append(b"held")
+            except ConnectionError:
+                out.append(b"reset")
+        return out
+
     with running_server({"NMT_MODEL_DIRS": str(tiny_sentinel_checkpoint), "NMT_WORKERS": "1",
                          "NMT_THREADS_PER_WORKER": "1", "NMT_DETECT_LANGUAGES": "none",
                          "NMT_BODY_BYTES_IN_FLIGHT": str(8 * MiB)}) as (url, process):
         port = int(url.rsplit(":", 1)[1])
-        before, connections, statuses = tree_rss(process.pid), [], []
+        before, large, small_bodies = tree_rss(process.pid), [], []
         try:
-            for _ in range(30):
-                connection = socket.create_connection(("127.0.0.1", port))
-                connections.append(connection)
-                with contextlib.suppress(ConnectionError):  # refused while sending: its 503 may still be there
-                    connection.sendall(held_back)
+            large = hold_back(MiB, 30)
             time.sleep(1)
             grown = tree_rss(process.pid) - before
             small = httpx.post(f"{url}/translate", json={"q": "Open the file.", "source": "en", "target": "de"})
-            for connection in connections:
-                connection.settimeout(0.5)
-                try:
-                    statuses.append(connection.recv(12)[9:12] or b"closed")
-                except TimeoutError:
-                    statuses.append(b"held")
-                except ConnectionError:
-                    statuses.append(b"reset")
+            large_statuses = statuses(large)
+            small_bodies = hold_back(60 * 1024, 150)  # 9 MiB of small bodies beside the large ones held
+            time.sleep(1)
+            small_statuses = statuses(small_bodies)
         finally:
-            for connection in connections:
+            for connection in large + small_bodies:
                 connection.close()
-        print(f"\n30 bodies of 1 MiB held 10 bytes short, a budget of 8 MiB: {statuses.count(b'held')} held, "
-              f"{statuses.count(b'503')} answered 503, the others closed; server tree +{grown / MiB:.0f} MiB")
-        assert 4 <= statuses.count(b"held") <= 9, statuses
-        assert statuses.count(b"503") >= 10, statuses
+        print(f"\n30 bodies of 1 MiB held 10 bytes short, a budget of 8 MiB: {large_statuses.count(b'held')} held, "
+              f"{large_statuses.count(b'503')} answered 503, the others closed; server tree +{grown / MiB:.0f} MiB; "
+              f"then 150 of 60 KiB: {small_statuses.count(b'held')} held, {small_statuses.count(b'503')} 503")
+        assert 4 <= large_statuses.count(b"held") <= 9, large_statuses
+        assert large_statuses.count(b"503") >= 10, large_statuses
         assert grown < 40 * MiB
         assert small.status_code == 200, small.text
+        assert 5 <= small_statuses.count(b"held") <= 60, small_statuses  # ~2-3 MiB of the quarter more
+        assert small_statuses.count(b"503") >= 50, small_statuses

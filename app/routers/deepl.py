@@ -33,7 +33,6 @@ import asyncio
 import re
 import time
 from typing import Annotated
-from urllib.parse import quote
 
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -46,7 +45,7 @@ from app.markup import Reading
 from app.protocol import DeepLErrorResponse
 from app.registry import reported_code
 from app.routers import ServiceDep
-from app.routers.files import translate_upload
+from app.routers.files import attachment, translate_upload
 from app.service import Service
 from model.clean import lone_surrogate
 from model.sentences import Splitting
@@ -128,6 +127,16 @@ def ignored_tags(value) -> frozenset[str]:
     return frozenset(names)
 
 
+def stored_glossary_id(fields: dict, source: str) -> str | None:
+    """The request's glossary_id: one string, and (as DeepL has it) only with a source_lang."""
+    glossary_id = fields.get("glossary_id")
+    if not isinstance(glossary_id, str | None):
+        raise ApiError(400, "Parameter 'glossary_id' must be one glossary id (a string).")
+    if glossary_id and source == "auto":
+        raise ApiError(400, "Use of a glossary requires the 'source_lang' parameter to be specified.")
+    return glossary_id or None
+
+
 def check_formality(value) -> None:
     """No served model has a formal and an informal register, so only the values DeepL accepts for
     such target languages pass ('more' and 'less' fail there; the 'prefer_' ones fall back)."""
@@ -161,13 +170,10 @@ async def translate(request: Request, service: ServiceDep):
     html = bool(tag_handling)
     reading = Reading(sentence_splitting(fields.get("split_sentences"), html), ignored_tags(fields.get("ignore_tags")))
     check_formality(fields.get("formality"))
-    if not isinstance(fields.get("glossary_id"), str | None):
-        raise ApiError(400, "Parameter 'glossary_id' must be one glossary id (a string).")
+    glossary_id = stored_glossary_id(fields, source)
     texts = service.accept_texts(texts, "text", allow_blank=html, char_limit=char_limit)
-    if fields.get("glossary_id") and source == "auto":
-        raise ApiError(400, "Use of a glossary requires the 'source_lang' parameter to be specified.")
     # through a pivot when no model translates source -> target (Service.legs)
-    done = await service.translate_texts(request, texts, html, source, target, None, fields.get("glossary_id"), None,
+    done = await service.translate_texts(request, texts, html, source, target, None, glossary_id, None,
                                          key, n_best=1, field="text", charge=True, reading=reading)
     translated, sources = [v[0] for v in done.versions], [language for language, _ in done.sources]
     characters = sum(len(t) for t in texts)
@@ -319,13 +325,8 @@ async def upload_document(request: Request, service: ServiceDep):
     if output_format and str(output_format).lower().lstrip(".") != own_format:
         raise ApiError(400, f"Value for 'output_format' not supported: {output_format!r}; a document comes back in "
                        f"its own format ({own_format or 'none'}).")
-    glossary_id = fields.get("glossary_id")
-    if not isinstance(glossary_id, str | None):
-        raise ApiError(400, "Parameter 'glossary_id' must be one glossary id (a string).")
-    if glossary_id and source == "auto":
-        raise ApiError(400, "Use of a glossary requires the 'source_lang' parameter to be specified.")
-    file_id, _, characters = await translate_upload(request, service, upload, source, target, None, glossary_id,
-                                                    None, key, char_limit, started)
+    file_id, _, characters = await translate_upload(request, service, upload, source, target, None,
+                                                    stored_glossary_id(fields, source), None, key, char_limit, started)
     await service.count_usage(owner_of(key), characters)
     return {"document_id": file_id[:16], "document_key": file_id[16:]}
 
@@ -355,5 +356,4 @@ async def document_status(document_id: DocumentId, request: Request, service: Se
                                                              "description": "The translated document."}})
 async def document_result(document_id: DocumentId, request: Request, service: ServiceDep):
     found = await _document(request, service, document_id)
-    return Response(found.data, media_type="application/octet-stream",
-                    headers={"Content-Disposition": f"attachment; filename*=UTF-8''{quote(found.name)}"})
+    return attachment(found.name, found.data)

@@ -133,6 +133,10 @@ async def download_file(request: Request, service: ServiceDep,
     if found is None:
         raise ApiError(404, f"no translated file {file!r}: it expired (files are kept "
                        f"{service.settings.file_ttl_s:g} s) or never existed")
-    name, data, _ = found
-    disposition = f"attachment; filename*=UTF-8''{quote(name)}"
-    return Response(data, media_type="application/octet-stream", headers={"Content-Disposition": disposition})
+    return attachment(found.name, found.data)
+
+
+def attachment(name: str, data: bytes) -> Response:
+    """A stored file as a download under its name (/download_file, DeepL's document result)."""
+    return Response(data, media_type="application/octet-stream",
+                    headers={"Content-Disposition": f"attachment; filename*=UTF-8''{quote(name)}"})

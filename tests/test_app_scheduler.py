@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from app.scheduler import BatchKey, QueueFull, Scheduler
+from app.scheduler import SHARED_QUEUE, BatchKey, QueueFull, Scheduler
 from model.options import DecodingOptions
 
 
@@ -284,3 +284,52 @@ def test_the_next_batch_goes_to_the_worker_before_the_finished_batch_wakes_its_r
         return seen_by_the_first_request
 
     assert run(main()) == 2  # the second batch had started when the first request resumed
+
+
+@pytest.mark.parametrize("share_among", [1, 2])
+def test_a_worker_that_frees_takes_its_share_of_a_short_queue_and_all_of_a_long_one(share_among):
+    """Two workers, both busy; what waits meanwhile goes to the first that frees: all of it with
+    share_among 1, half of a short queue with 2 (the other half to the other worker when it
+    frees), and a queue longer than SHARED_QUEUE items a worker whole either way."""
+
+    async def main():
+        gates: list[asyncio.Event] = []
+
+        async def translate(key, sources, weights=None, deliver=None):
+            gates.append(gate := asyncio.Event())
+            batches.append([s[0] for s in sources])
+            await gate.wait()
+            return [(key, s) for s in sources]
+
+        async def free_the_oldest_worker():
+            gates[sum(g.is_set() for g in gates)].set()  # batches end in the order they began
+            await asyncio.sleep(0.02)
+
+        batches: list[list[int]] = []
+        scheduler = Scheduler(translate, slots=2, batch_tokens=10_000, max_wait_s=0, share_among=share_among)
+        scheduler.start()
+        key = make_key("en-de", beam_size=1)
+        jobs = [scheduler.submit(key, [sentence(1)])]
+        await asyncio.sleep(0.02)
+        jobs.append(scheduler.submit(key, [sentence(2)]))
+        await asyncio.sleep(0.02)  # both workers busy
+        jobs.append(scheduler.submit(key, [sentence(10), sentence(11), sentence(12)]))
+        await asyncio.sleep(0.02)
+        await free_the_oldest_worker()
+        await free_the_oldest_worker()
+        long_queue = [sentence(100 + i) for i in range(2 * SHARED_QUEUE + 1)]
+        jobs.append(scheduler.submit(key, long_queue))
+        await asyncio.sleep(0.02)
+        while not all(job.done for job in jobs):
+            await free_the_oldest_worker()
+        await scheduler.stop(1)
+        return batches, [await job.future for job in jobs]
+
+    batches, results = run(main())
+    assert [s for _, s in results[2]] == [sentence(10), sentence(11), sentence(12)]  # in order
+    if share_among == 1:
+        assert batches[:4] == [[1], [2], [10, 11, 12], [100 + i for i in range(9)]]
+    else:
+        # 2 of the 3 to the worker that freed first, the third to the other one
+        assert batches[:4] == [[1], [2], [10, 11], [12]]
+        assert batches[4] == [100 + i for i in range(9)]  # 9 > 2 x SHARED_QUEUE: whole

@@ -5,9 +5,10 @@ and every decoding option, because only items decoded the same way can share a b
 When a worker slot is free, the key whose oldest item is oldest goes first, provided it holds a
 full token budget or that item has waited long enough: on an idle server not at all, while a
 batch runs max_wait; its oldest item leaves with the items closest to it in length, up to the
-budget and, where the queue is short, to its share of it (`share_among` workers: with two, a batch
-takes at most half of a queue of up to 8 items). So one job's items may run in several batches, even on several workers at once, and
-each result is put back at its item's index: a job resolves with its own results, in order.
+budget and, where the queue is short, to its share of it (`share_among` workers: with two, a
+batch takes at most half of a queue of up to 8 items). So one job's items may run in several
+batches, even on several workers at once, and each result is put back at its item's index: a job
+resolves with its own results, in order.
 A batch that fails is retried request by request, so one bad input fails only its own request.
 
 The scheduler knows nothing of models or processes: it awaits `run_batch(key, sources, weights,

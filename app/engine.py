@@ -120,8 +120,8 @@ class Engine:
             on_busy=lambda index, seconds: metrics.worker_busy.labels(str(index)).inc(seconds))
         # batch by batch: a job per worker at a time, items waiting max_wait for company; running
         # batches: jobs go at once, a few per worker in flight (the rest wait here, under the queue limit)
-        slots, max_wait_s = (len(devices) * RUNNING_JOBS_PER_WORKER, 0.0) if running else (len(devices),
-                                                                                          s.max_wait_ms / 1000)
+        slots, max_wait_s = (len(devices) * RUNNING_JOBS_PER_WORKER, 0.0) if running else (
+            len(devices), s.batch_wait_s(self.device_kind))
 
         def observe_batch(key: BatchKey, items: int, tokens: int) -> None:
             metrics.batch_size.observe(items)

@@ -60,6 +60,11 @@ def test_batch_budget_follows_the_device_unless_set():
         Settings(batch_tokens=8)
 
 
+def test_the_wait_for_company_follows_the_device_unless_set():
+    assert Settings().batch_wait_s("cpu") == 0.0 and Settings().batch_wait_s("cuda") == 0.005
+    assert Settings(max_wait_ms=3).batch_wait_s("cpu") == 0.003 == Settings(max_wait_ms=3).batch_wait_s("cuda")
+
+
 def test_cors_preflight():
     app = create_app(Settings(model_dirs=["/nonexistent"], cors_origins=["https://ui.example"]))
     client = TestClient(app)  # no lifespan: the preflight needs no model

@@ -51,6 +51,22 @@ def test_compose_scaled_profile():
     assert "--scale nmt-replica=3 lb" in (ROOT / "docs" / "deployment.md").read_text()
 
 
+def test_compose_services_keep_their_devices_batching_defaults():
+    """What compose sets when the operator sets nothing gives each service its device's batch
+    budget and wait for company (a fixed 4096 once gave the GPU service the CPU's budget)."""
+    from app.settings import Settings
+
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    for name, device in (("nmt", "cuda"), ("nmt-cpu", "cpu"), ("nmt-replica", "cpu")):
+        environment = services[name]["environment"]
+        assert environment["NMT_DEVICE"] == device
+        unset = {key[len("NMT_"):].lower(): re.fullmatch(r"\$\{\w+:-(.*)\}", str(environment[key])).group(1)
+                 for key in ("NMT_BATCH_TOKENS", "NMT_MAX_WAIT_MS")}
+        composed = Settings(**unset)
+        assert composed.batch_token_budget(device) == Settings().batch_token_budget(device), name
+        assert composed.batch_wait_s(device) == Settings().batch_wait_s(device), name
+
+
 @pytest.mark.e2e
 @pytest.mark.skipif(not (NGINX and shutil.which("redis-server")), reason="needs nginx and redis-server")
 def test_bench_through_nginx_and_two_replicas_runs_clean(tiny_checkpoint, tmp_path):

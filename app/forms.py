@@ -9,6 +9,7 @@ in; an uploaded file is kept in memory, which the body cap bounds (app/body_limi
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
@@ -47,6 +48,16 @@ def _add(fields: dict, name: str, value: str) -> None:
         fields[name] = value
 
 
+async def query_once(request: Request) -> None:
+    """A dependency of routes whose query parameters each take one value: a 400 naming a
+    parameter given more than once (?layer=0&layer=1), which would otherwise take its last value
+    silently."""
+    counts = Counter(name for name, _ in request.query_params.multi_items())
+    repeated = [f"{name!r} {n} times" for name, n in counts.items() if n > 1]
+    if repeated:
+        raise ApiError(400, f"a query parameter given more than once: {', '.join(repeated)}; each takes one value")
+
+
 def _too_many_fields(max_fields: int) -> ApiError:
     return ApiError(400, f"the form has more than {max_fields:,} fields (NMT_MAX_FORM_FIELDS)")
 
@@ -67,7 +78,10 @@ async def read_fields(request: Request, required: list[str] = (), max_fields: in
             raise ApiError(400, malformed_json(str(e))) from None
         if not isinstance(fields, dict):
             raise ApiError(400, "the JSON body must be an object" + (f" with {', '.join(required)}" if required else ""))
-        return {**dict(request.query_params), **fields}, {}
+        query: dict = {}
+        for name, value in request.query_params.multi_items():
+            _add(query, name, value)
+        return {**query, **fields}, {}
     if content_type and content_type not in FORM_TYPES:
         raise ApiError(400, f"unsupported content type {content_type!r}; send application/json or form data")
     fields: dict = {}

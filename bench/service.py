@@ -262,13 +262,14 @@ async def load_test(urls: list[str], sentences: list[str], pair: dict, args, ser
     batches = metric(after, "nmt_batch_size_count") - metric(before, "nmt_batch_size_count")
     items = metric(after, "nmt_batch_size_sum") - metric(before, "nmt_batch_size_sum")
     busy = metric(after, "nmt_worker_busy_seconds_total") - metric(before, "nmt_worker_busy_seconds_total")
+    padded = metric(after, "nmt_batch_tokens_sum") - metric(before, "nmt_batch_tokens_sum")
 
     def mean_ms(name: str) -> float:  # a histogram of the server's: its mean over the load
         count = metric(after, f"{name}_count") - metric(before, f"{name}_count")
         return 1000 * (metric(after, f"{name}_sum") - metric(before, f"{name}_sum")) / count if count else 0.0
 
     return {"elapsed": elapsed, "latencies": latencies, "sent": sent, "errors": errors,
-            "mean_batch": items / batches if batches else 0.0, "busy_s": busy, "cpu": cpu,
+            "mean_batch": items / batches if batches else 0.0, "busy_s": busy, "padded_tokens": padded, "cpu": cpu,
             "queue_wait_ms": mean_ms("nmt_queue_wait_seconds"), "compute_ms": mean_ms("nmt_compute_seconds")}
 
 
@@ -388,6 +389,8 @@ def main() -> None:
     print(f"\nsentences: {sentences_used(args.data, sentences)}")
     print(f"{done} sentences in {run['elapsed']:.1f} s, beam {args.beam_size}, mean batch "
           f"{run['mean_batch']:.1f} items, workers busy {100 * run['busy_s'] / run['elapsed'] / len(workers):.0f}%"
+          + (f", padded source tokens {run['padded_tokens'] / (rows[0]['tokens_per_s'] * run['elapsed']):.2f}x the "
+             "sentences' own" if rows[0]["tokens_per_s"] else "")
           + (f", errors {run['errors']}" if run["errors"] else ""))
     print(f"in the server, per request: mean queue wait {run['queue_wait_ms']:.0f} ms (arrival to its batch's start), "
           f"mean compute {run['compute_ms']:.0f} ms (to its last result)")

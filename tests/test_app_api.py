@@ -194,6 +194,21 @@ def test_alignment_errors(client):
     assert "unknown or expired" in error(client, "GET", "/v1/alignments/nope", status=404)
 
 
+def test_a_query_parameter_given_twice_is_refused_or_read_as_a_list_never_cut_to_its_last_value(client, offline):
+    t = translate(client, text="Hello.", alignments=True, max_length=4)["translations"][0]
+    path = f"/v1/alignments/{t['alignment_id']}"
+    assert client.get(f"{path}?layer=0&head=1").status_code == 200
+    message = error(client, "GET", f"{path}?layer=0&head=1&layer=1")
+    assert "'layer' 2 times" in message and "head" not in message
+    r = client.get("/v2/languages?type=source&type=target&type=target")  # DeepL's errors: {"message": ...}
+    assert r.status_code == 400 and "'type' 3 times" in r.json()["message"]
+    # under a JSON body, as in a form, a repeated field is a list: LibreTranslate's q texts, or a 400
+    [one, two] = offline.translate(["Hello world.", "Open the file."], beam_size=4)
+    r = client.post("/translate?q=Hello+world.&q=Open+the+file.", json={"source": "en", "target": "de"})
+    assert r.json() == {"translatedText": [one.hypotheses[0].text, two.hypotheses[0].text]}
+    assert "target" in error(client, "POST", "/translate?target=de&target=fr", json={"q": "Hi", "source": "en"})
+
+
 # --- /v1/models, /v1/languages ---------------------------------------------------------------
 
 def test_models_and_languages(client):

@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Literal
 
-from fastapi import APIRouter, Header, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
 from app.alignments import hard_alignment, rounded_array, select, to_words
 from app.errors import ApiError
+from app.forms import query_once
 from app.protocol import AlignmentResponse
 from app.routers import ServiceDep, errors, json_response
 
@@ -22,7 +23,7 @@ def _check(name: str, choice: Selection, size: int) -> None:
         raise ApiError(400, f"{name}: {choice} is out of range; allowed: 0 to {size - 1}, or 'mean'")
 
 
-@router.get("/v1/alignments/{alignment_id}", response_model=AlignmentResponse,
+@router.get("/v1/alignments/{alignment_id}", response_model=AlignmentResponse, dependencies=[Depends(query_once)],
             responses=errors(400, 403, 404, 429, 503), summary="Attention of a translation stored with alignments=true")
 async def get_alignment(
     request: Request,

@@ -34,12 +34,12 @@ import re
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from app import documents
 from app.errors import ApiError
-from app.forms import Upload, read_fields
+from app.forms import Upload, query_once, read_fields
 from app.glossaries import MAX_ENTRIES, new_glossary, owner_of, parse_entries, stored_bytes
 from app.markup import Reading
 from app.protocol import DeepLErrorResponse
@@ -182,7 +182,8 @@ async def translate(request: Request, service: ServiceDep):
                              for t, x, language in zip(translated, texts, sources)]}
 
 
-@router.get("/languages", summary="Languages (DeepL-compatible)", responses=errors(400))
+@router.get("/languages", summary="Languages (DeepL-compatible)", responses=errors(400),
+            dependencies=[Depends(query_once)])
 async def languages(request: Request, service: ServiceDep,
                     type: str = Query("source", description="'source' or 'target' (DeepL's clients may send it "
                                       "as a form body instead).", examples=["target"])):

@@ -13,7 +13,9 @@ many times the cap (200 of them, each 10 bytes short of 4 MiB, held +740 MiB; a 
 keeps each open). Past the budget a body is refused with 503 once it passes SMALL_BODY bytes, so
 the usual small request still goes through while large ones fill the budget; small bodies have a
 quarter of the budget more, past which they are refused too (else enough connections each
-holding back most of 63 KiB would hold any amount); one request alone always goes through.
+holding back most of 63 KiB would hold any amount); one request alone always goes through. The
+requests of one client address hold at most their share of that (NMT_CLIENT_SHARE_IN_FLIGHT, a
+quarter; past it 429 for that client), so that one client cannot fill the budget for the others.
 File uploads (POST /translate_file, DeepL's POST /v2/document) have their own, larger cap.
 
 A JSON body is scanned before anything parses it: nesting deeper than NMT_MAX_JSON_DEPTH or more
@@ -30,6 +32,7 @@ import re
 from fastapi import HTTPException
 
 from app.errors import error_response
+from app.limits import client_address
 
 SMALL_BODY = 64 * 1024  # bodies up to this size (most requests) may go past the budget by a quarter
 
@@ -86,11 +89,14 @@ class BodyLimit:
     def __init__(self, app, max_bytes: int, max_file_bytes: int,
                  file_paths: tuple[str, ...] = ("/translate_file", "/v2/document"),
                  max_json_depth: int = 32, max_json_values: int = 10_000, read_timeout_s: float = 30.0,
-                 max_in_flight_bytes: int = 256 * 2**20):
+                 max_in_flight_bytes: int = 256 * 2**20, client_share: float = 1.0, trust_forwarded_for: bool = False):
         self.app, self.max_bytes, self.max_file_bytes, self.file_paths = app, max_bytes, max_file_bytes, file_paths
         self.max_json_depth, self.max_json_values = max_json_depth, max_json_values
         self.read_timeout_s, self.max_in_flight_bytes = read_timeout_s, max_in_flight_bytes
         self.in_flight_bytes = 0  # body bytes the requests in flight have received
+        self.client_in_flight_bytes = max(1, int(max_in_flight_bytes * client_share))
+        self.trust_forwarded_for = trust_forwarded_for
+        self.held_by: dict[str, int] = {}  # of those, by client address (app/limits.py client_address)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -103,6 +109,7 @@ class BodyLimit:
         if declared is not None and declared.isdigit() and int(declared) > limit:
             return await error_response(413, _too_large(limit, setting), path=scope["path"])(scope, receive, send)
         received, body_done = 0, False
+        client = client_address(scope, self.trust_forwarded_for)
         json_chunks: list[bytes] | None = [] if _is_json(scope) else None
 
         async def receive_within_limit():
@@ -118,14 +125,21 @@ class BodyLimit:
             body_done = message["type"] != "http.request" or not message.get("more_body", False)
             if message["type"] == "http.request":
                 chunk = message.get("body", b"")
-                after = self.in_flight_bytes + len(chunk)
-                past = after > self.max_in_flight_bytes * (1 if received + len(chunk) > SMALL_BODY else 1.25)
-                if past and received < self.in_flight_bytes:  # (others hold some: one alone always passes)
+                small = 1 if received + len(chunk) > SMALL_BODY else 1.25
+                held = self.held_by.get(client, 0)
+                if self.in_flight_bytes + len(chunk) > self.max_in_flight_bytes * small and received < self.in_flight_bytes:
+                    # (others hold some: one alone always passes)
                     raise HTTPException(503, f"the server holds {self.in_flight_bytes:,} bytes of request bodies in "
                                         f"flight, of {self.max_in_flight_bytes:,} (NMT_BODY_BYTES_IN_FLIGHT); retry "
                                         "shortly", {"Retry-After": "1", "Connection": "close"})
+                if held + len(chunk) > self.client_in_flight_bytes * small and received < held:
+                    raise HTTPException(429, f"this client ({client}) holds {held:,} bytes of request bodies in flight, "
+                                        f"of the {self.client_in_flight_bytes:,} one client may hold "
+                                        "(NMT_CLIENT_SHARE_IN_FLIGHT of NMT_BODY_BYTES_IN_FLIGHT): finish or "
+                                        "close the requests it has open first", {"Retry-After": "1", "Connection": "close"})
                 received += len(chunk)
                 self.in_flight_bytes += len(chunk)
+                self.held_by[client] = held + len(chunk)
                 if received > limit:
                     # raised inside the route's body read: the error handlers answer it (app/errors.py)
                     raise HTTPException(413, _too_large(limit, setting))
@@ -145,3 +159,7 @@ class BodyLimit:
             await self.app(scope, receive_within_limit, send)
         finally:
             self.in_flight_bytes -= received
+            if received:
+                self.held_by[client] -= received
+                if not self.held_by[client]:
+                    del self.held_by[client]

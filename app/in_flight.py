@@ -7,8 +7,10 @@ once (or clients that read slowly) would hold that many times as much. So a requ
 attention's bound (Service.attention_bounds; a GET the values of the view it asks for) before it
 is decoded or read, and is refused with 429 when the reservations
 of the requests in flight would pass NMT_ATTENTION_IN_FLIGHT_VALUES (one request alone is always
-let through: its own cap is NMT_MAX_ATTENTION_VALUES); what it reserved is released once its
-response has been sent, or it failed (`SendAndRelease`, an ASGI middleware around every route).
+let through: its own cap is NMT_MAX_ATTENTION_VALUES), and when its client address's requests
+would pass their share of it (NMT_CLIENT_SHARE_IN_FLIGHT, a quarter: one client cannot hold what
+all others need); what it reserved is released once its response has been sent, or it failed
+(`SendAndRelease`, an ASGI middleware around every route).
 
 "Sent" means taken by the client: uvicorn writes a body it is given into the socket's buffer at
 once, whatever its size, and returns; only its next write waits for the client to read. So the
@@ -25,31 +27,54 @@ import asyncio
 import logging
 
 from app.errors import ApiError
+from app.limits import client_address
 
 log = logging.getLogger("uvicorn.error")
 SEND_PIECE = 256 * 1024  # bytes of a response body handed to the server at a time
 
 STATE_KEY = "attention_values"  # in the request's scope["state"]: what it reserved
+CLIENT_KEY = "attention_client"  # and for which client address
 
 
 class AttentionInFlight:
-    def __init__(self, budget: int):
+    def __init__(self, budget: int, client_share: float = 1.0, trust_forwarded_for: bool = False):
+        """client_share: the part of the budget the requests of one client address may hold
+        together (app/limits.py client_address), so that one client cannot take it all."""
         self.budget, self.values = budget, 0
+        self.client_budget = max(1, int(budget * client_share))
+        self.trust_forwarded_for = trust_forwarded_for
+        self.held_by: dict[str, int] = {}  # values reserved, by client address
 
     def reserve(self, scope: dict, values: int,
                 smaller: str = "fewer or shorter texts, fewer hypotheses, a smaller max_length") -> None:
-        """Reserve `values` for the request of `scope`, or 429 past the budget (`smaller`: how the
-        request could ask for less)."""
+        """Reserve `values` for the request of `scope`, or 429 past the budget or past its
+        client's share of it (`smaller`: how the request could ask for less)."""
+        client = client_address(scope, self.trust_forwarded_for)
+        held = self.held_by.get(client, 0)
         if self.values and self.values + values > self.budget:
             raise ApiError(429, f"too much attention in flight: other requests hold {self.values:,} values and this "
                            f"one could hold {values:,}, of {self.budget:,} together (NMT_ATTENTION_IN_FLIGHT_VALUES); "
                            f"retry shortly, or ask for less ({smaller})")
+        if held and held + values > self.client_budget:
+            raise ApiError(429, f"too much attention in flight for this client ({client}): its other requests hold "
+                           f"{held:,} values and this one could hold {values:,}, of {self.client_budget:,} one client "
+                           "may hold (NMT_CLIENT_SHARE_IN_FLIGHT of NMT_ATTENTION_IN_FLIGHT_VALUES); retry once "
+                           f"they are answered and read, or ask for less ({smaller})")
         self.values += values
+        self.held_by[client] = held + values
         state = scope.setdefault("state", {})
         state[STATE_KEY] = state.get(STATE_KEY, 0) + values
+        state[CLIENT_KEY] = client
 
     def release(self, scope: dict) -> None:
-        self.values -= (scope.get("state") or {}).pop(STATE_KEY, 0)
+        state = scope.get("state") or {}
+        values = state.pop(STATE_KEY, 0)
+        if values:
+            self.values -= values
+            client = state.pop(CLIENT_KEY)
+            self.held_by[client] -= values
+            if not self.held_by[client]:
+                del self.held_by[client]
 
 
 class SendTimeout(Exception):

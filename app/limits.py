@@ -24,6 +24,18 @@ from app.storage import Storage
 WINDOW_S = 60.0
 
 
+def client_address(scope: dict, trust_forwarded_for: bool) -> str:
+    """The address a request's limits count it by: its peer's, or behind a proxy that appends the
+    address it saw to X-Forwarded-For (trust_forwarded_for), that one; what stands left of it the
+    client wrote."""
+    if trust_forwarded_for:
+        forwarded = dict(scope.get("headers") or ()).get(b"x-forwarded-for")
+        if forwarded:
+            return forwarded.decode("latin-1").split(",")[-1].strip() or "unknown"
+    client = scope.get("client")
+    return client[0] if client else "unknown"
+
+
 class RateLimiter:
     def __init__(self, storage: Storage, clock=time.time):
         self.storage, self.clock = storage, clock

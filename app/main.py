@@ -70,7 +70,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                            allow_headers=["*"])
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, max_file_bytes=settings.max_file_bytes,
                        max_json_depth=settings.max_json_depth, max_json_values=settings.max_json_values,
-                       read_timeout_s=settings.read_timeout_s, max_in_flight_bytes=settings.body_bytes_in_flight)
+                       read_timeout_s=settings.read_timeout_s, max_in_flight_bytes=settings.body_bytes_in_flight,
+                       client_share=settings.client_share_in_flight, trust_forwarded_for=settings.trust_forwarded_for)
     app.add_middleware(MetricsMiddleware, metrics=service.metrics)
     app.add_middleware(SendAndRelease, in_flight=service.attention_in_flight,
                        send_timeout_s=settings.send_timeout_s)  # outermost: after the response

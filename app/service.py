@@ -36,7 +36,7 @@ from app.glossaries import inline_terminology, kept_by_second_leg, open_glossari
 from app.in_flight import AttentionInFlight
 from app.keys import configured_key, open_keys
 from app.language import DetectionUnavailable, LanguageDetector, RemoteDetector
-from app.limits import RateLimiter
+from app.limits import RateLimiter, client_address
 from app.metrics import Metrics
 from app.registry import Registry, ServedModel, language_name
 from app.scheduler import BatchKey, QueueFull, ShuttingDown
@@ -141,7 +141,8 @@ class Service:
     def __init__(self, settings: Settings):
         self.settings = settings
         self.metrics = Metrics()
-        self.attention_in_flight = AttentionInFlight(settings.attention_in_flight_values)
+        self.attention_in_flight = AttentionInFlight(settings.attention_in_flight_values,
+                                                     settings.client_share_in_flight, settings.trust_forwarded_for)
         # several HTTP processes (`nmt serve`): the engine process, over its socket (else start() makes the Engine)
         self.remote = RemoteEngine(settings.engine_socket) if settings.engine_socket else None
         # Redis, shared with other replicas; else, with several HTTP processes, the engine process's
@@ -214,10 +215,7 @@ class Service:
         return status.ready, status.reason
 
     def client_address(self, request: Request) -> str:
-        if self.settings.trust_forwarded_for and request.headers.get("x-forwarded-for"):
-            # the proxy in front appends the address it saw; what stands left of it the client wrote
-            return request.headers["x-forwarded-for"].split(",")[-1].strip() or "unknown"
-        return request.client.host if request.client else "unknown"
+        return client_address(request.scope, self.settings.trust_forwarded_for)
 
     async def admit(self, request: Request, key: str | None, cost: int = 1, key_required: bool = True) -> int:
         """Check the API key and count the call against its client's requests per minute

@@ -105,6 +105,11 @@ class Settings(BaseSettings):
                                       "arrive until each is answered; past it a body larger than 64 KiB gets 503, "
                                       "and smaller ones past a quarter more (one request alone always goes "
                                       "through).")
+    client_share_in_flight: float = Field(0.25, gt=0, le=1, description="The share of "
+                                          "NMT_BODY_BYTES_IN_FLIGHT and of NMT_ATTENTION_IN_FLIGHT_VALUES the "
+                                          "requests of one client address may hold together; past it, 429 for that "
+                                          "client while others still go through (a client's one request alone is "
+                                          "held to the whole budget only; 1: no share).")
     max_head_bytes: int = Field(64 * 1024, ge=4096, description="Largest request line and headers together, in "
                                 "bytes; past it 431 and the connection closed (`nmt serve`).")
     read_timeout_s: float = Field(30.0, gt=0, description="Seconds a client may take to send a request's head "

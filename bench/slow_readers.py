@@ -1,6 +1,7 @@
 """Clients that ask for attention and never read the answer: how much the server's memory grows.
 
     .venv/bin/python bench/slow_readers.py [--clients 120] [--budget 16000000] [--seconds 25] [--interval 0]
+        [--addresses N]
 
 Starts `nmt serve` with the shipped en-de and NMT_ATTENTION_IN_FLIGHT_VALUES=--budget, then opens
 --clients connections, each sending one /v1/translate request for the attention of a long text
@@ -9,7 +10,9 @@ the server process's resident memory before and at its peak over --seconds (samp
 polled meanwhile, whose worst time it prints too), then each request's status. Past the budget
 requests get 429 (app/in_flight.py); a budget of 1e11 is none. With --interval the clients come
 one at a time, that many seconds apart (all of them within --seconds), so that each arrives
-after the answers before it were written.
+after the answers before it were written. The clients come from --addresses loopback addresses
+(by default one each, 127.1.x.y, so that the budget is what holds them; with 1, all from one
+address, which may hold NMT_CLIENT_SHARE_IN_FLIGHT of it).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ def main() -> None:
     p.add_argument("--budget", default="16000000", help="NMT_ATTENTION_IN_FLIGHT_VALUES")
     p.add_argument("--seconds", type=float, default=25)
     p.add_argument("--interval", type=float, default=0, help="seconds between one client and the next")
+    p.add_argument("--addresses", type=int, help="loopback addresses the clients come from (default: one each)")
     args = p.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -71,7 +75,8 @@ def main() -> None:
         health, start, next_client = [], time.monotonic(), time.monotonic()
         while time.monotonic() - start < args.seconds or len(connections) < args.clients:
             while len(connections) < args.clients and time.monotonic() >= next_client:
-                connection = socket.create_connection(("127.0.0.1", port))
+                k = len(connections) % (args.addresses or args.clients)
+                connection = socket.create_connection(("127.0.0.1", port), source_address=(f"127.1.{k // 250}.{k % 250 + 1}", 0))
                 connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
                 connection.sendall(request)
                 connections.append(connection)
@@ -89,7 +94,8 @@ def main() -> None:
             head = connection.recv(64)
             status = head.split(b" ")[1].decode() if head else "no answer"
             statuses[status] = statuses.get(status, 0) + 1
-        print(f"NMT_ATTENTION_IN_FLIGHT_VALUES={args.budget}, {args.clients} clients that do not read: server "
+        print(f"NMT_ATTENTION_IN_FLIGHT_VALUES={args.budget}, {args.clients} clients that do not read, from "
+              f"{args.addresses or args.clients} address(es): server "
               f"{before} MiB -> peak {peak} MiB (+{peak - before}); statuses {dict(sorted(statuses.items()))}; "
               f"/health at worst {1000 * max(health):.0f} ms")
     finally:

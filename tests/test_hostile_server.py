@@ -27,6 +27,8 @@ from tests.conftest import running_server, wait_ready
 
 pytestmark = pytest.mark.e2e
 MiB = 2**20
+# the tests of the budgets themselves send from one address, whose share is then the whole budget
+ONE_CLIENT_MAY_HOLD_ALL = {"NMT_CLIENT_SHARE_IN_FLIGHT": "1"}
 
 
 @pytest.fixture(scope="module")
@@ -151,9 +153,9 @@ def raw_post(path: str, body: bytes) -> bytes:
             % (path.encode(), len(body))) + body
 
 
-def send_and_never_read(port: int, request: bytes) -> socket.socket:
-    """A connection that sends `request` and reads nothing (a receive buffer of 4 KiB)."""
-    connection = socket.create_connection(("127.0.0.1", port))
+def send_and_never_read(port: int, request: bytes, address: str = "127.0.0.1") -> socket.socket:
+    """A connection from `address` that sends `request` and reads nothing (a receive buffer of 4 KiB)."""
+    connection = socket.create_connection(("127.0.0.1", port), source_address=(address, 0))
     connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     connection.sendall(request)
     return connection
@@ -191,7 +193,7 @@ def test_clients_that_never_read_their_attention_hold_no_more_than_the_budget(ti
                        "include_attention": True}).encode()
     with running_server({"NMT_MODEL_DIRS": str(tiny_sentinel_checkpoint), "NMT_WORKERS": "1",
                          "NMT_THREADS_PER_WORKER": "1", "NMT_DETECT_LANGUAGES": "en,de", "NMT_CACHE": "false",
-                         "NMT_ATTENTION_IN_FLIGHT_VALUES": "4000000"}) as (url, process):
+                         "NMT_ATTENTION_IN_FLIGHT_VALUES": "4000000", **ONE_CLIENT_MAY_HOLD_ALL}) as (url, process):
         one = httpx.post(f"{url}/v1/translate", content=body, headers={"content-type": "application/json"}, timeout=60)
         assert one.status_code == 200, one.text[:300]
         answer_bytes = len(one.content)
@@ -228,7 +230,7 @@ def test_an_answer_nobody_reads_holds_its_reservation_until_the_send_timeout_cut
     timeout_s = 2
     with running_server({"NMT_MODEL_DIRS": str(tiny_sentinel_checkpoint), "NMT_WORKERS": "1",
                          "NMT_THREADS_PER_WORKER": "1", "NMT_DETECT_LANGUAGES": "en,de", "NMT_CACHE": "false",
-                         "NMT_ATTENTION_IN_FLIGHT_VALUES": "4000000",
+                         "NMT_ATTENTION_IN_FLIGHT_VALUES": "4000000", **ONE_CLIENT_MAY_HOLD_ALL,
                          "NMT_SEND_TIMEOUT_S": str(timeout_s)}) as (url, process):
         post = lambda: httpx.post(f"{url}/v1/translate", content=body,  # noqa: E731
                                   headers={"content-type": "application/json"}, timeout=60)
@@ -349,7 +351,7 @@ def test_bodies_held_back_by_many_connections_stay_within_the_budget(tiny_sentin
 
     with running_server({"NMT_MODEL_DIRS": str(tiny_sentinel_checkpoint), "NMT_WORKERS": "1",
                          "NMT_THREADS_PER_WORKER": "1", "NMT_DETECT_LANGUAGES": "none",
-                         "NMT_BODY_BYTES_IN_FLIGHT": str(8 * MiB)}) as (url, process):
+                         "NMT_BODY_BYTES_IN_FLIGHT": str(8 * MiB), **ONE_CLIENT_MAY_HOLD_ALL}) as (url, process):
         port = int(url.rsplit(":", 1)[1])
         before, large, small_bodies = tree_rss(process.pid), [], []
         try:
@@ -373,3 +375,57 @@ def test_bodies_held_back_by_many_connections_stay_within_the_budget(tiny_sentin
         assert small.status_code == 200, small.text
         assert 5 <= small_statuses.count(b"held") <= 60, small_statuses  # ~2-3 MiB of the quarter more
         assert small_statuses.count(b"503") >= 50, small_statuses
+
+
+@pytest.mark.parametrize("share", ["0.25", "1"])
+def test_one_client_address_holds_at_most_its_share_of_what_requests_in_flight_may_hold(tiny_sentinel_checkpoint,
+                                                                                         share):
+    """One address holding back large bodies, or leaving attention unread, fills at most its share
+    (NMT_CLIENT_SHARE_IN_FLIGHT) of the bodies' and the attention's budgets: another address's
+    large request still goes through, and its own attention request too. With the share the whole
+    budget ("1"), the same attacker fills the budget and the others get 503 and 429."""
+    bodies = 12 * [raw_post("/translate", json.dumps({"q": "a" * MiB, "source": "en", "target": "de"}).encode())[:-10]]
+    text = " ".join(["Open the file and save it now."] * 5)
+    attention = json.dumps({"text": [text] * 16, "source": "en", "target": "de", "beam_size": 1, "max_length": 128,
+                            "include_attention": True}).encode()
+    large = json.dumps({"q": "Open the file.", "source": "en", "target": "de"}).encode() + b" " * MiB
+    with running_server({"NMT_MODEL_DIRS": str(tiny_sentinel_checkpoint), "NMT_WORKERS": "1",
+                         "NMT_THREADS_PER_WORKER": "1", "NMT_DETECT_LANGUAGES": "none", "NMT_CACHE": "false",
+                         "NMT_BODY_BYTES_IN_FLIGHT": str(8 * MiB), "NMT_ATTENTION_IN_FLIGHT_VALUES": "4000000",
+                         "NMT_CLIENT_SHARE_IN_FLIGHT": share}) as (url, process):
+        port, held = int(url.rsplit(":", 1)[1]), []
+        other = httpx.Client(base_url=url, transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=60)
+        try:
+            for body in bodies:
+                with contextlib.suppress(ConnectionError):  # refused while sending: its answer may still be there
+                    held.append(send_and_never_read(port, body))
+            time.sleep(0.5)
+            body_statuses = []
+            for connection in held:  # an answer is there by now, or none will come
+                connection.settimeout(0.05)
+                try:
+                    body_statuses.append(connection.recv(200).split(b" ")[1])
+                except TimeoutError:
+                    body_statuses.append(b"held")
+            large_answer = other.post("/translate", content=large, headers={"content-type": "application/json"})
+            unread = [send_and_never_read(port, raw_post("/v1/translate", attention)) for _ in range(6)]
+            attacker = statuses_of(unread)  # each answered or refused; the answered hold their reservations
+            attention_answer = other.post("/v1/translate", content=attention,
+                                          headers={"content-type": "application/json"})
+        finally:
+            for connection in held + unread:
+                connection.close()
+            other.close()
+    print(f"\nshare {share}: the attacker's 12 bodies of 1 MiB held 10 bytes short: {body_statuses.count(b'held')} held, "
+          f"{body_statuses.count(b'429')} x 429, {body_statuses.count(b'503')} x 503; another address's 1 MiB request "
+          f"{large_answer.status_code}; the attacker's 6 unread attention requests {attacker}, then the other "
+          f"address's {attention_answer.status_code}")
+    if share == "1":
+        assert body_statuses.count(b"held") >= 6, body_statuses
+        assert large_answer.status_code == 503, large_answer.text
+        assert attacker.count(b"200") >= 2 and attention_answer.status_code == 429
+    else:  # a quarter: 2 MiB of bodies, 1,000,000 attention values, less than one request's bound
+        assert body_statuses.count(b"held") <= 2 and body_statuses.count(b"429") >= 10, body_statuses
+        assert large_answer.status_code == 200, large_answer.text
+        assert attacker.count(b"200") == 1 and attacker.count(b"429") == 5, attacker
+        assert attention_answer.status_code == 200, attention_answer.text[:300]

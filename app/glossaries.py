@@ -71,6 +71,11 @@ def ours(glossary_id: str) -> bool:
         return False
 
 
+def one_stored(glossary_id: str | None) -> tuple[str, ...]:
+    """The stored glossaries a request names with one glossary_id (DeepL's glossary_ids: several)."""
+    return (glossary_id,) if glossary_id else ()
+
+
 def parse_entries(text: str, entries_format: str = "tsv") -> dict[str, str]:
     """DeepL's entry formats: `tsv` (source TAB target per line) or `csv` (source,target[,...]).
     TermError for an empty, duplicate or malformed entry, or too many."""

@@ -343,26 +343,35 @@ class Service:
             cleaned.append(readable)
         return cleaned
 
-    async def terminology(self, glossary, glossary_id: str | None, do_not_translate, key: str | None,
+    async def terminology(self, glossary, glossary_ids: tuple[str, ...], do_not_translate, key: str | None,
                           model: ServedModel | None) -> Terminology | None:
         """A request's terminology: its own glossary and do-not-translate terms, and the entries of
-        the stored glossary `glossary_id` of its key (app/glossaries.py), which must be of the
-        model's language pair. A 400 says what is wrong with them (an unknown id too)."""
+        the stored glossaries `glossary_ids` of its key (app/glossaries.py), each of the model's
+        language pair, no source term in two of them with different targets. A 400 says what is
+        wrong with them (an unknown id too)."""
         try:  # up to a body of terms: off the event loop
             terms = None if not glossary and not do_not_translate else \
                 await asyncio.to_thread(inline_terminology, glossary, do_not_translate)
         except TermError as e:
             raise ApiError(400, str(e)) from None
-        if glossary_id:
-            stored = await asyncio.to_thread(self.glossaries.get, glossary_id, owner_of(key))
-            if stored is None:
-                raise ApiError(400, f"no glossary {glossary_id!r} for this API key (POST /v2/glossaries makes one)")
-            if (stored.source_lang, stored.target_lang) != (model.source, model.target):
-                raise ApiError(400, f"glossary {glossary_id!r} is {stored.source_lang}->{stored.target_lang}; this "
-                               f"request translates {model.source}->{model.target}")
+        if glossary_ids:
+            entries: dict[str, str] = {}
+            source_of: dict[str, str] = {}  # source term -> the glossary it came from
+            for glossary_id in glossary_ids:
+                stored = await asyncio.to_thread(self.glossaries.get, glossary_id, owner_of(key))
+                if stored is None:
+                    raise ApiError(400, f"no glossary {glossary_id!r} for this API key (POST /v2/glossaries makes one)")
+                if (stored.source_lang, stored.target_lang) != (model.source, model.target):
+                    raise ApiError(400, f"glossary {glossary_id!r} is {stored.source_lang}->{stored.target_lang}; "
+                                   f"this request translates {model.source}->{model.target}")
+                for source, target in stored.entries.items():
+                    if entries.setdefault(source, target) != target:
+                        raise ApiError(400, f"glossaries {source_of[source]!r} and {glossary_id!r} both have "
+                                       f"{source!r}, as {entries[source]!r} and {target!r}: give one of them")
+                    source_of.setdefault(source, glossary_id)
             # a stored glossary's matcher is built per request (up to 5,000 entries, ~0.1 s): off the event loop
             inline = terms
-            terms = await asyncio.to_thread(lambda: Terminology(stored.entries).merged(inline))
+            terms = await asyncio.to_thread(lambda: Terminology(entries).merged(inline))
         return terms
 
     async def count_usage(self, owner: str, characters: int) -> int:
@@ -460,7 +469,7 @@ class Service:
         return plans
 
     async def translate_with_options(self, request: Request, texts: list[str], source: str, target: str,
-                                     options: DecodingOptions, glossary, glossary_id: str | None, do_not_translate,
+                                     options: DecodingOptions, glossary, glossary_ids: tuple[str, ...], do_not_translate,
                                      key: str | None, char_limit: int, refused: dict[str, bool],
                                      attention_copies: int = 0) -> list[LegResults]:
         """Texts translated as /v1/translate does, each as one sequence, decoded as `options` say
@@ -473,7 +482,7 @@ class Service:
         for leg in self.legs(source, target, refused):
             leg_glossary, keep = self.leg_terms(leg, glossary, do_not_translate)
             out.append(await self._translate_leg(request, texts, leg, options,
-                                                 (leg_glossary, glossary_id if leg.first else None, keep, key),
+                                                 (leg_glossary, glossary_ids if leg.first else (), keep, key),
                                                  char_limit, attention_copies))
             texts = [r.hypotheses[0].text for r in out[-1].results]
         return out
@@ -506,7 +515,7 @@ class Service:
         return LegResults(model, outcome.results, outcome.queue_s, outcome.compute_s)
 
     async def translate_file_texts(self, request: Request, texts: list[str], html: list[bool], source: str,
-                                   target: str, glossary, glossary_id: str | None, do_not_translate,
+                                   target: str, glossary, glossary_ids: tuple[str, ...], do_not_translate,
                                    key: str | None, filename: str, started: float) -> tuple[list[str], str]:
         """A file's texts (its paragraphs, cells, entries: text or HTML), each cut into sentences
         and put back together, by the model for source -> target (source 'auto': the language of
@@ -519,12 +528,12 @@ class Service:
             sample = await asyncio.to_thread(lambda: " ".join(
                 markup.split_document(t, is_html, spans=False, max_depth=depth).text
                 for t, is_html in zip(texts[:20], html)))
-        for leg in self.legs(source, target, {"a stored glossary (glossary_id)": bool(glossary_id)}):
+        for leg in self.legs(source, target, {"a stored glossary (glossary_id)": bool(glossary_ids)}):
             model, _ = await asyncio.to_thread(self.resolve, leg.source, leg.target, sample)  # (detection blocks)
             if model is None:
                 break
             leg_glossary, keep = self.leg_terms(leg, glossary, do_not_translate)
-            terms = await self.terminology(leg_glossary, glossary_id if leg.first else None, keep, key, model)
+            terms = await self.terminology(leg_glossary, glossary_ids if leg.first else (), keep, key, model)
             texts = await self._translate_file_leg(request, model, texts, html, terms, filename, started,
                                                    charge=leg.first)
         return texts, self.registry.code(target)
@@ -544,7 +553,7 @@ class Service:
                                                                 for part, per_sentence in zip(parts, per_part)])
 
     async def translate_texts(self, request: Request, texts: list[str], html: bool, source: str, target: str,
-                              glossary, glossary_id: str | None, do_not_translate, key: str | None, n_best: int,
+                              glossary, glossary_ids: tuple[str, ...], do_not_translate, key: str | None, n_best: int,
                               field: str, charge: bool = False, reading: markup.Reading = markup.Reading()) -> Translated:
         """Texts (as accept_texts returned them) translated as documents (app/markup.py: sentences,
         HTML kept), each by its own language's model (source 'auto': each text's detected
@@ -555,10 +564,10 @@ class Service:
         a text count against the client's limit (the first leg's). `reading`: where sentences end
         and what HTML keeps as written, where the request says (DeepL's split_sentences, ignore_tags)."""
         legs = self.legs(source, target, {"alternatives": n_best > 1, "a stored glossary (glossary_id)":
-                                          bool(glossary_id)})
+                                          bool(glossary_ids)})
         for leg in legs:
             leg_glossary, keep = self.leg_terms(leg, glossary, do_not_translate)
-            term_args = (leg_glossary, glossary_id if leg.first else None, keep, key)
+            term_args = (leg_glossary, glossary_ids if leg.first else (), keep, key)
             done = await self._translate_texts(request, texts, html, leg, term_args, n_best, field, charge,
                                                reading)
             if leg.first:  # what the response reports: the request's own languages and terms
@@ -569,7 +578,7 @@ class Service:
     async def _translate_texts(self, request: Request, texts: list[str], html: bool, leg: Leg, term_args: tuple,
                                n_best: int, field: str, charge: bool, reading: markup.Reading) -> Translated:
         """translate_texts with one model per text (one leg); term_args: `terminology`'s arguments
-        before the model (glossary, glossary_id, do_not_translate, key). A text already in the
+        before the model (glossary, glossary_ids, do_not_translate, key). A text already in the
         target language (Registry.resolve: no model) is kept as it is."""
         source, target, charge = leg.source, leg.target, charge and leg.first
         if source == "auto":  # detection reads each text's words, without its markup (off the event loop)

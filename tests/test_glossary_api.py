@@ -222,6 +222,29 @@ try:
     raise SystemExit("a text file was promised as a docx")
 except deepl.DeepLException as e:
     assert "output_format" in str(e), e
+c = deepl.DeepLClient("my-key", server_url=sys.argv[1])  # the newer client: several glossaries, model types
+h = c.create_glossary("Verbs", source_lang="EN", target_lang="DE", entries={"Save": "Sichere"})
+out = c.translate_text("Save the file.", source_lang="EN", target_lang="DE", glossary_ids=[g, h],
+                       model_type="quality_optimized")
+assert "Akte" in out.text and "Sichere" in out.text and out.model_type_used == "latency_optimized", out
+handle = c.translate_document_upload(b"Save the file.", source_lang="EN", target_lang="DE", filename="y.txt",
+                                     glossary_ids=[g, h])  # sent comma-separated in the form
+translated = c.translate_document_download(handle).content.decode()
+assert "Akte" in translated and "Sichere" in translated, translated
+k = c.create_glossary("Other", source_lang="EN", target_lang="DE", entries={"file": "Datei"})
+for options, named in [({"glossary_ids": [g, k]}, "both have 'file'"), ({"style_rule": "s"}, "style_id"),
+                       ({"custom_instructions": ["Be formal."]}, "custom_instructions"),
+                       ({"translation_memory": "m"}, "translation_memory_id"), ({"model_type": "best"}, "model_type")]:
+    try:
+        c.translate_text("Save the file.", source_lang="EN", target_lang="DE", **options)
+        raise SystemExit(f"{options} was accepted, and would have had no effect")
+    except deepl.DeepLException as e:
+        assert named in str(e), e
+try:
+    c.translate_document_upload(b"Save the file.", target_lang="DE", filename="y.txt", style_rule="s")
+    raise SystemExit("a document with a style rule was accepted")
+except deepl.DeepLException as e:
+    assert "style_id" in str(e), e
 t.delete_glossary(g)
 try:
     t.get_glossary(g.glossary_id)

@@ -1,8 +1,8 @@
 """DeepL's API (v2), so DeepL clients and the tools built on them (the `deepl` Python library,
 Weblate's DeepL machine translation, ...) work against this server unchanged:
 
-    POST /v2/translate                   text (a list), target_lang, source_lang, glossary_id, tag_handling,
-                                         split_sentences, ignore_tags, formality
+    POST /v2/translate                   text (a list), target_lang, source_lang, glossary_id or glossary_ids,
+                                         tag_handling, split_sentences, ignore_tags, formality, model_type
     GET  /v2/languages                   ?type=source|target
     GET  /v2/usage                       characters translated this month by this key
     POST /v2/glossaries                  name, source_lang, target_lang, entries, entries_format (tsv|csv)
@@ -11,7 +11,7 @@ Weblate's DeepL machine translation, ...) work against this server unchanged:
     GET  /v2/glossaries/{id}/entries     its entries as TSV
     DELETE /v2/glossaries/{id}
     GET  /v2/glossary-language-pairs
-    POST /v2/document                    file, target_lang, source_lang, glossary_id, formality, output_format
+    POST /v2/document                    file, target_lang, source_lang, glossary_id(s), formality, output_format
     POST /v2/document/{id}               document_key: its status (done once the upload is answered)
     POST /v2/document/{id}/result        document_key: the translated file
 
@@ -22,9 +22,14 @@ glossaries. Errors are DeepL's shape, {"message": ...} (app/errors.py). Language
 translates them (sentences, protected spans; tag_handling html or xml: as HTML), cut where
 split_sentences says, the content of ignore_tags kept as written; formality 'more' or 'less'
 gets DeepL's 400 for a target language without formality (no served model has one), the
-'prefer_' values fall back. Options that only steer DeepL's own model or its sentence
-boundaries in XML (context, preserve_formatting, outline_detection, splitting_tags,
-non_splitting_tags, model_type) are accepted without effect.
+'prefer_' values fall back. Several stored glossaries (glossary_ids, up to 5) apply together; a
+source term two of them give different targets is a 400. A model_type is answered with
+model_type_used 'latency_optimized' (the one kind of model here). Style rules (style_id),
+translation memories (translation_memory_id) and custom_instructions are a 400: none is here,
+and a translation that ignored them would look like one that followed them. Options that only
+steer DeepL's own model or its sentence boundaries in XML (context, preserve_formatting,
+outline_detection, splitting_tags, non_splitting_tags, tag_handling_version) are accepted
+without effect.
 """
 
 from __future__ import annotations
@@ -103,6 +108,11 @@ MAX_NAME_CHARS = 1024  # a glossary's name: it comes back in every listing of th
 # DeepL's split_sentences: where a text is cut into the sequences translated one by one
 SPLITTING = {"1": Splitting(), "nonewlines": Splitting(newlines=False), "0": Splitting(punctuation=False, newlines=False)}
 FORMALITIES = ("default", "prefer_more", "prefer_less")  # "more" and "less": languages with formality (none here)
+MODEL_TYPES = ("latency_optimized", "quality_optimized", "prefer_quality_optimized")
+MAX_GLOSSARIES = 5  # glossary_ids of one request, as DeepL allows
+# what DeepL keeps that steers its model, none of which is here: a request naming one gets a 400
+NOT_HERE = {"style_id": "style rules", "translation_memory_id": "translation memories",
+            "translation_memory_threshold": "translation memories", "custom_instructions": "custom instructions"}
 
 
 def sentence_splitting(value, tag_handling: bool) -> Splitting:
@@ -127,14 +137,56 @@ def ignored_tags(value) -> frozenset[str]:
     return frozenset(names)
 
 
-def stored_glossary_id(fields: dict, source: str) -> str | None:
-    """The request's glossary_id: one string, and (as DeepL has it) only with a source_lang."""
-    glossary_id = fields.get("glossary_id")
-    if not isinstance(glossary_id, str | None):
-        raise ApiError(400, "Parameter 'glossary_id' must be one glossary id (a string).")
-    if glossary_id and source == "auto":
+def stored_glossaries(fields: dict, source: str) -> tuple[str, ...]:
+    """The request's stored glossaries: glossary_id (one), or glossary_ids (up to MAX_GLOSSARIES:
+    a list, or comma-separated as DeepL's clients send them in a form), not both; and (as DeepL
+    has it) only with a source_lang."""
+    one, several = fields.get("glossary_id"), fields.get("glossary_ids")
+    if not isinstance(one, str | None):
+        raise ApiError(400, "Parameter 'glossary_id' must be one glossary id (a string); several go in "
+                       "'glossary_ids'.")
+    if one and several:
+        raise ApiError(400, "Use either 'glossary_id' or 'glossary_ids', not both.")
+    if several is None or several == "":
+        ids = (one,) if one else ()
+    else:
+        several = several.split(",") if isinstance(several, str) else several
+        if not isinstance(several, list) or not all(isinstance(i, str) for i in several):
+            raise ApiError(400, "Parameter 'glossary_ids' must be a list of glossary ids.")
+        ids = tuple(dict.fromkeys(i.strip() for i in several if i.strip()))
+        if len(ids) > MAX_GLOSSARIES:
+            raise ApiError(400, f"Parameter 'glossary_ids' names {len(ids)} glossaries; at most {MAX_GLOSSARIES}.")
+    if ids and source == "auto":
         raise ApiError(400, "Use of a glossary requires the 'source_lang' parameter to be specified.")
-    return glossary_id or None
+    return ids
+
+
+def refuse_what_is_not_here(fields: dict) -> None:
+    """DeepL's stored style rules, translation memories and custom instructions change what its
+    model writes; this server has none of them, so a request that names one gets a 400, not a
+    translation that silently ignores it."""
+    for name, what in NOT_HERE.items():
+        if fields.get(name) not in (None, "", []):
+            raise ApiError(400, f"Parameter '{name}' not supported: this server has no {what}; its models follow "
+                           "glossaries (glossary_id, glossary_ids).")
+
+
+def model_type_used(fields: dict) -> str | None:
+    """DeepL's model_type: each value is served by this server's one kind of model, small
+    Transformers, which DeepL would call latency_optimized; the answer says so, as DeepL's does
+    when the request names a model_type (None: it did not)."""
+    value = fields.get("model_type")
+    if value is None or value == "":
+        return None
+    if value not in MODEL_TYPES:
+        raise ApiError(400, f"Value for 'model_type' not supported: {value!r}; {', '.join(map(repr, MODEL_TYPES))}.")
+    return "latency_optimized"
+
+
+def check_tag_handling_version(value) -> None:
+    """DeepL's two versions of its tag handling; the markup here is read one way (app/markup.py)."""
+    if value not in (None, "", "v1", "v2"):
+        raise ApiError(400, f"Value for 'tag_handling_version' not supported: {value!r}; 'v1' or 'v2'.")
 
 
 def check_formality(value) -> None:
@@ -170,15 +222,19 @@ async def translate(request: Request, service: ServiceDep):
     html = bool(tag_handling)
     reading = Reading(sentence_splitting(fields.get("split_sentences"), html), ignored_tags(fields.get("ignore_tags")))
     check_formality(fields.get("formality"))
-    glossary_id = stored_glossary_id(fields, source)
+    check_tag_handling_version(fields.get("tag_handling_version"))
+    refuse_what_is_not_here(fields)
+    model_type = model_type_used(fields)
+    glossary_ids = stored_glossaries(fields, source)
     texts = service.accept_texts(texts, "text", allow_blank=html, char_limit=char_limit)
     # through a pivot when no model translates source -> target (Service.legs)
-    done = await service.translate_texts(request, texts, html, source, target, None, glossary_id, None,
+    done = await service.translate_texts(request, texts, html, source, target, None, glossary_ids, None,
                                          key, n_best=1, field="text", charge=True, reading=reading)
     translated, sources = [v[0] for v in done.versions], [language for language, _ in done.sources]
     characters = sum(len(t) for t in texts)
     await service.count_usage(owner_of(key), characters)
-    return {"translations": [{"detected_source_language": deepl_code(language), "text": t, "billed_characters": len(x)}
+    return {"translations": [{"detected_source_language": deepl_code(language), "text": t, "billed_characters": len(x),
+                              **({"model_type_used": model_type} if model_type else {})}
                              for t, x, language in zip(translated, texts, sources)]}
 
 
@@ -304,7 +360,7 @@ DocumentId = Annotated[str, Path(description="The document_id POST /v2/document 
              responses=errors(400, 403, 413, 429, 503, 504))
 async def upload_document(request: Request, service: ServiceDep):
     """Multipart: `file` (its name's extension says its format; `filename` may name it instead),
-    `target_lang`, optional `source_lang`, `glossary_id`, `formality`, `output_format` (only the
+    `target_lang`, optional `source_lang`, `glossary_id` or `glossary_ids`, `formality`, `output_format` (only the
     input's own). The formats /translate_file takes."""
     if not service.settings.files_translation:
         raise ApiError(403, "Document translation is disabled on this server.")
@@ -321,13 +377,14 @@ async def upload_document(request: Request, service: ServiceDep):
     target = our_code(fields.get("target_lang"), "target_lang", service.registry)
     source = our_code(fields["source_lang"], "source_lang", service.registry) if fields.get("source_lang") else "auto"
     check_formality(fields.get("formality"))
+    refuse_what_is_not_here(fields)
     output_format = fields.get("output_format")
     own_format = documents.extension(upload.filename).lstrip(".")
     if output_format and str(output_format).lower().lstrip(".") != own_format:
         raise ApiError(400, f"Value for 'output_format' not supported: {output_format!r}; a document comes back in "
                        f"its own format ({own_format or 'none'}).")
     file_id, _, characters = await translate_upload(request, service, upload, source, target, None,
-                                                    stored_glossary_id(fields, source), None, key, char_limit, started)
+                                                    stored_glossaries(fields, source), None, key, char_limit, started)
     await service.count_usage(owner_of(key), characters)
     return {"document_id": file_id[:16], "document_key": file_id[16:]}
 

@@ -21,6 +21,7 @@ from app import documents, markup
 from app.documents.isolated import DocumentError
 from app.errors import ApiError
 from app.forms import Upload, read_fields
+from app.glossaries import one_stored
 from app.protocol import LTTranslateFileResponse
 from app.routers import ServiceDep, errors
 from app.service import Service
@@ -75,13 +76,13 @@ async def translate_file(request: Request, service: ServiceDep):
     key = key or request.headers.get("x-api-key")
     char_limit = await service.admit(request, key)
     file_id, name, _ = await translate_upload(request, service, upload, source, target, fields.get("glossary"),
-                                              _optional_text(fields, "glossary_id"), fields.get("do_not_translate"),
+                                              one_stored(_optional_text(fields, "glossary_id")), fields.get("do_not_translate"),
                                               key, char_limit, started)
     return LTTranslateFileResponse(translatedFileUrl=str(request.url_for("download_file", file=f"{file_id}.{name}")))
 
 
 async def translate_upload(request: Request, service: Service, upload: Upload, source: str, target: str, glossary,
-                           glossary_id: str | None, do_not_translate, key: str | None, char_limit: int,
+                           glossary_ids: tuple[str, ...], do_not_translate, key: str | None, char_limit: int,
                            started: float) -> tuple[str, str, int]:
     """An uploaded file translated and kept in the file store (NMT_FILE_TTL_S): (its id there, its
     name, the characters of text it held). For /translate_file and DeepL's /v2/document."""
@@ -101,7 +102,7 @@ async def translate_upload(request: Request, service: Service, upload: Upload, s
                        f"most {char_limit:,} per request")
     try:
         texts, language = await service.translate_file_texts(request, texts, html, source, target, glossary,
-                                                             glossary_id, do_not_translate, key, upload.filename,
+                                                             glossary_ids, do_not_translate, key, upload.filename,
                                                              started)
     except markup.TooDeep as e:
         raise ApiError(400, f"{upload.filename}: {e}") from None

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 from app import documents
 from app.errors import ApiError, describe_validation
 from app.forms import read_fields
+from app.glossaries import one_stored
 from app.protocol import (
     DetectedLanguage,
     Language,
@@ -75,7 +76,7 @@ async def translate(request: Request, service: ServiceDep):
     texts = service.accept_texts(texts, "q", allow_blank=html, char_limit=char_limit)  # html without text: as it is
     # through a pivot when no model translates source -> target (Service.legs)
     done = await service.translate_texts(request, texts, html, body.source, body.target, body.glossary,
-                                         body.glossary_id, body.do_not_translate, key, n_best=body.alternatives + 1,
+                                         one_stored(body.glossary_id), body.do_not_translate, key, n_best=body.alternatives + 1,
                                          field="q", charge=True)
     translated = [v[0] for v in done.versions]
     alternatives = [v[1:] for v in done.versions] if body.alternatives else None

@@ -8,6 +8,7 @@ import time
 from fastapi import APIRouter, Header, Request
 
 from app.alignments import Alignment, compose, rounded_array
+from app.glossaries import one_stored
 from app.protocol import (
     Alternative,
     SpanRepair,
@@ -74,7 +75,7 @@ async def translate(body: TranslateRequest, request: Request, service: ServiceDe
                               repetition_penalty=body.repetition_penalty)
     # through a pivot when no model translates source -> target (Service.legs)
     legs = await service.translate_with_options(
-        request, texts, source, target, options, body.glossary, body.glossary_id, body.do_not_translate, key,
+        request, texts, source, target, options, body.glossary, one_stored(body.glossary_id), body.do_not_translate, key,
         char_limit, refused={"include_attention": body.include_attention, "n_best > 1": body.n_best > 1,
                              "glossary_id": bool(body.glossary_id)},
         # the attention kept per text: every hypothesis's stored as alignments, the best one's in the response

@@ -6,16 +6,16 @@
 # 1. the CUDA tests (tests/test_cuda.py: each CUDA path against its CPU twin)
 # 2. the GPU table: ours in float16 and bfloat16 (with CUDA graphs, and float16 without) against
 #    Hugging Face generate (and CTranslate2 when its wheel sees the GPU), beam 4 x batch 1/32/128;
-#    the shipped en-de's milliseconds per decoder step at batch 1; a training throughput figure (bench/gpu.py);
-#    the running batch without the service against the Translator on the same sentences, where its
-#    time goes, and its profile (bench/running.py)
-# 3. the service on the GPU under load (bench/service.py), 15 s each, one worker: 64 keep-alive
-#    clients batch by batch (the default) and with running batches (NMT_RUNNING_BATCH=true, joining
-#    in groups of 8 or after 2 steps: the last lease measured them joining at every step), 256
-#    batch by batch and with running batches of 256 slots, 64 and 256 with 4 HTTP processes in
-#    front of the one engine (NMT_HTTP_PROCESSES=4: one process's ~1 ms of CPU a request capped
-#    the last lease's service), batch by batch and with running batches, and 64 with 4 HTTP
-#    processes whose every request asks for alignments; the offline Translator on the same sentences
+#    the shipped en-de's milliseconds per decoder step at batch 1; a training throughput figure (bench/gpu.py)
+# 3. the service on the GPU under load (bench/service.py), 15 s each, one worker, in order of what the
+#    targets need, so that a run cut short keeps the first: as it ships (four HTTP processes in
+#    front of the one engine, NMT_HTTP_PROCESSES=4: one process's ~1 ms of CPU a request capped
+#    the last lease's service) at 64 keep-alive clients with the offline Translator on the same
+#    sentences, at 256, and at 64 with every request asking for alignments; then one HTTP process
+#    at 64 and 256; then the running batch without the service against the Translator on the same
+#    sentences, where its time goes, and its profile (bench/running.py); then running batches in
+#    the service (NMT_RUNNING_BATCH=true, joining in groups of 8 or after 2 steps at 64 clients,
+#    256 slots at 256), with four HTTP processes and with one
 #
 # On the lent GPU machine (Python 3.12, torch with CUDA, transformers, sentencepiece, safetensors,
 # httpx, prometheus-client; no network) the other packages come from artifacts/gpu-wheels, which
@@ -73,25 +73,27 @@ fi
   >"$OUT/machine.txt" 2>&1
 step cuda-tests 150 "$PY" -m pytest -q -m cuda -p no:cacheprovider tests/test_cuda.py
 step bench-gpu 240 "$PY" bench/gpu.py --out "$OUT/bench" --profile 128
-step running-engine 150 "$PY" bench/running.py --model checkpoints/en-de --device cuda --sentences 2000 \
-  --join 1:0 8:2 16:4 --batch-sizes 8,16,32,64,128 --profile "$OUT/running-profile.txt"
 service() {  # service NAME CLIENTS WORKERS [OPTIONS...]
   local name=$1 clients=$2 workers=$3
   shift 3
   step "$name" 120 env ${SERVICE_ENV:-} "$PY" bench/service.py --model checkpoints/en-de --device cuda --clients "$clients" \
     --workers "$workers" --seconds 15 --client raw --json "$OUT/$name.json" "$@"
 }
-service service-64 64 1
-SERVICE_ENV="NMT_RUNNING_BATCH=true NMT_RUNNING_JOIN_GROUP=8 NMT_RUNNING_JOIN_WAIT=2" service service-64-running 64 1 --no-offline
-service service-256 256 1 --no-offline
-SERVICE_ENV="NMT_RUNNING_BATCH=true NMT_RUNNING_SLOTS=256" service service-256-running 256 1 --no-offline
-# four HTTP processes in front of one engine process and its one GPU worker (NMT_HTTP_PROCESSES=4; the
-# engine process keeps their store: the alignments of the last row)
-service service-64-p4 64 1 --http-processes 4 --no-offline
+# the service as it ships on a GPU machine first (four HTTP processes in front of one engine process
+# and its one GPU worker: NMT_HTTP_PROCESSES 0 = 4 on a machine of 16 or more cores; the engine
+# process keeps their store), so that a run cut short still has the targets' rows; then one HTTP
+# process, then running batches
+service service-64-p4 64 1 --http-processes 4
 service service-256-p4 256 1 --http-processes 4 --no-offline
+SERVICE_ENV=NMT_CLIENT_ALIGNMENT_BYTES=0 service service-64-alignments-p4 64 1 --alignments --http-processes 4 --no-offline
+service service-64 64 1 --no-offline
+service service-256 256 1 --no-offline
+step running-engine 150 "$PY" bench/running.py --model checkpoints/en-de --device cuda --sentences 2000 \
+  --join 1:0 8:2 16:4 --batch-sizes 8,16,32,64,128 --profile "$OUT/running-profile.txt"
 SERVICE_ENV="NMT_RUNNING_BATCH=true NMT_RUNNING_JOIN_GROUP=8 NMT_RUNNING_JOIN_WAIT=2" service service-64-running-p4 64 1 \
   --http-processes 4 --no-offline
 SERVICE_ENV="NMT_RUNNING_BATCH=true NMT_RUNNING_SLOTS=256" service service-256-running-p4 256 1 --http-processes 4 --no-offline
-SERVICE_ENV=NMT_CLIENT_ALIGNMENT_BYTES=0 service service-64-alignments-p4 64 1 --alignments --http-processes 4 --no-offline
+SERVICE_ENV="NMT_RUNNING_BATCH=true NMT_RUNNING_JOIN_GROUP=8 NMT_RUNNING_JOIN_WAIT=2" service service-64-running 64 1 --no-offline
+SERVICE_ENV="NMT_RUNNING_BATCH=true NMT_RUNNING_SLOTS=256" service service-256-running 256 1 --no-offline
 cat "$OUT/summary.txt"
 exit $status

@@ -2,13 +2,17 @@
 
 A request becomes a Job of items (one per text). Items wait in one FIFO per BatchKey (the model
 and every decoding option, because only items decoded the same way can share a beam search).
-When a worker slot is free, the key whose oldest item is oldest goes first, provided it holds a
-full token budget or that item has waited long enough: on an idle server not at all, while a
-batch runs max_wait; its oldest item leaves with the items closest to it in length, up to the
-budget and, where the queue is short, to its share of it (`share_among` workers: with two, a
-batch takes at most half of a queue of up to 8 items). So one job's items may run in several
-batches, even on several workers at once, and each result is put back at its item's index: a job
-resolves with its own results, in order.
+When a worker slot is free, a key that holds a full token budget, or whose oldest item has
+waited long enough (on an idle server not at all, while a batch runs max_wait), starts a batch.
+A batch starts from the oldest item of the job that has had the fewest items in batches so far
+(of all ready keys), and takes the items closest to it in length, of any job, up to the budget
+and, where the queue is short, to its share of it (`share_among` workers: with two, a batch
+takes at most half of a queue of up to 8 items). With one text a request that is the oldest
+item; a request of many texts (a file's sentences, a catalog) has its first batch at once and
+then goes on filling batches, but a request that comes after it starts the next batch instead of
+waiting for all of it. So one job's items may run in several batches, even on several workers at
+once, and each result is put back at its item's index: a job resolves with its own results, in
+order.
 A batch that fails is retried request by request, so one bad input fails only its own request.
 
 The scheduler knows nothing of models or processes: it awaits `run_batch(key, sources, weights,
@@ -31,6 +35,9 @@ from model.options import DecodingOptions
 
 # a queue of up to this many items a worker is shared among the workers (Scheduler._dispatch)
 SHARED_QUEUE = 4
+# a job none of whose items went into a batch for this long starts the next batch, as a job not yet
+# started would (Scheduler._first): under a load that never lets up, no job waits for ever
+PATIENCE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,8 @@ class Job:
         self.remaining = len(sources)
         self.future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
         self.arrived = time.monotonic()
+        self.dispatched = 0  # its items taken into batches so far
+        self.last_taken = self.arrived  # when the last of them was taken (or it arrived)
         self.started: float | None = None  # when its first batch began
         self.finished: float | None = None
 
@@ -224,26 +233,52 @@ class Scheduler:
 
     def _ready_key(self, now: float) -> BatchKey | None:
         """Among keys with a full budget or an item that has waited long enough (_wait_s), the one
-        with the oldest item."""
-        best, best_arrived, wait_s = None, None, self._wait_s()
+        whose first item (_first) ranks first."""
+        best, best_rank, wait_s = None, None, self._wait_s()
         for key, queue in self.queues.items():
-            arrived = queue[0].job.arrived
-            if (self._closing or self.queued_cost[key] >= self.batch_tokens
-                    or now - arrived >= wait_s) and (best is None or arrived < best_arrived):
-                best, best_arrived = key, arrived
+            if self._closing or self.queued_cost[key] >= self.batch_tokens or now - queue[0].job.arrived >= wait_s:
+                rank = self._rank(queue[self._first(queue, now)].job, now)
+                if best is None or rank < best_rank:
+                    best, best_rank = key, rank
+        return best
+
+    @staticmethod
+    def _rank(job: Job, now: float) -> tuple[int, float]:
+        """Which job a batch starts from: the one with the fewest items in batches so far (a job
+        none of whose items went in for PATIENCE_S counts as none), then the oldest."""
+        return (0 if now - job.last_taken >= PATIENCE_S else job.dispatched), job.arrived
+
+    def _first(self, queue: deque[_Item], now: float) -> int:
+        """The index of the item a batch of this queue starts from: the first item of the job that
+        ranks first (_rank). The queue holds jobs in order of arrival, each job's items together
+        and in order, so with single-text jobs this is the oldest item."""
+        best, best_rank = 0, None
+        for i, item in enumerate(queue):
+            if best_rank is not None and item.job is queue[i - 1].job:
+                continue  # the job's first item was ranked
+            rank = self._rank(item.job, now)
+            if best_rank is None or rank < best_rank:
+                best, best_rank = i, rank
+                if not rank[0]:
+                    break  # the oldest job not yet started (or waiting PATIENCE_S): nothing ranks before it
         return best
 
     def _take(self, key: BatchKey, share: int) -> list[_Item]:
-        """The oldest item, then the items closest to it in length (earlier first among equals),
-        while items x longest source x beams fits the budget, up to `share` items.
+        """The first item (_first: the oldest of the job least served so far), then the items
+        closest to it in length (earlier first among equals), while items x longest source x
+        beams fits the budget, up to `share` items.
 
-        The oldest always goes, so nothing starves; similar lengths waste less on padding and on
-        beams that run on after the rest of the batch has finished.
+        Every batch takes the first item of a job not yet started, or else of the job least far
+        along (or waiting PATIENCE_S), so nothing starves, and a long job does not hold back the
+        short ones behind it;
+        similar lengths waste less on padding and on beams that run on after the rest of the batch
+        has finished.
         """
         queue, budget = self.queues[key], self.batch_tokens // key.options.beam_size
-        oldest = queue[0]
-        others = sorted(range(1, len(queue)), key=lambda i: abs(queue[i].length - oldest.length))
-        chosen, longest = [0], oldest.length
+        first = self._first(queue, time.monotonic())
+        anchor = queue[first]
+        others = sorted((i for i in range(len(queue)) if i != first), key=lambda i: abs(queue[i].length - anchor.length))
+        chosen, longest = [first], anchor.length
         for i in others:
             if len(chosen) == share:
                 break
@@ -256,6 +291,10 @@ class Scheduler:
             longest = new_longest
         taken = set(chosen)
         batch = [queue[i] for i in sorted(chosen)]
+        now = time.monotonic()
+        for item in batch:
+            item.job.dispatched += 1
+            item.job.last_taken = now
         kept = deque(item for i, item in enumerate(queue) if i not in taken)
         self.queued -= len(batch)
         if kept:

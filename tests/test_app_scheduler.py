@@ -58,8 +58,9 @@ def test_items_split_across_batches_come_back_in_order():
     assert [s for _, s in ra] == [sentence(i) for i in range(7)]
     assert [s for _, s in rb] == [sentence(100 + i) for i in range(3)]
     assert len(fake.batches) == 5 and all(len(s) <= 2 for _, s in fake.batches)
-    # job a's last item and job b's first shared a batch: items of different requests mix
-    assert [sentence(6), sentence(100)] in [s for _, s in fake.batches]
+    # items of different requests mix: once a has a batch, b starts the second, beside a's next
+    # item (the job least served so far goes first, Scheduler._first)
+    assert [sentence(2), sentence(100)] in [s for _, s in fake.batches]
 
 
 def test_a_batch_is_the_oldest_item_and_the_items_closest_to_it_in_length():
@@ -333,3 +334,39 @@ def test_a_worker_that_frees_takes_its_share_of_a_short_queue_and_all_of_a_long_
         # 2 of the 3 to the worker that freed first, the third to the other one
         assert batches[:4] == [[1], [2], [10, 11], [12]]
         assert batches[4] == [100 + i for i in range(9)]  # 9 > 2 x SHARED_QUEUE: whole
+
+
+@pytest.mark.parametrize("patience_s", [1.0, 0.0])
+def test_a_request_of_many_texts_does_not_hold_back_the_requests_that_come_after_it(monkeypatch, patience_s):
+    """A job of ten texts has its first batch; two single texts that arrive meanwhile each start
+    one of the next batches (the job least served so far goes first), where oldest-first would
+    leave them behind all ten; the ten still fill the rest of each batch and come back in order.
+    With a patience of 0, every job counts as waiting too long, so the oldest goes first again."""
+    import app.scheduler
+
+    monkeypatch.setattr(app.scheduler, "PATIENCE_S", patience_s)
+
+    async def main():
+        fake = FakeTranslate()
+        fake.gate = asyncio.Event()
+        # budget 40 = 2 items of 5 tokens x beam 4
+        scheduler = Scheduler(fake, slots=1, batch_tokens=40, max_wait_s=0.0)
+        scheduler.start()
+        key = make_key("en-de", beam_size=4)
+        many = scheduler.submit(key, [sentence(i) for i in range(10)])
+        await asyncio.sleep(0.01)  # its first batch runs
+        singles = [scheduler.submit(key, [sentence(100)]), scheduler.submit(key, [sentence(200)])]
+        await asyncio.sleep(0.01)
+        fake.gate.set()
+        results = [await job.future for job in [many, *singles]]
+        await scheduler.stop(1)
+        return [[s[0] for s in sources] for _, sources in fake.batches], results
+
+    batches, results = run(main())
+    assert [s for _, s in results[0]] == [sentence(i) for i in range(10)]
+    assert [results[1][0][1], results[2][0][1]] == [sentence(100), sentence(200)]
+    first_batch_of = {i: next(b for b, ids in enumerate(batches) if i in ids) for i in (100, 200)}
+    if patience_s:
+        assert batches[:3] == [[0, 1], [2, 100], [3, 200]], batches
+    else:
+        assert first_batch_of == {100: 5, 200: 5}, batches  # behind all ten

@@ -265,8 +265,9 @@ class Scheduler:
 
     def _take(self, key: BatchKey, share: int) -> list[_Item]:
         """The first item (_first: the oldest of the job least served so far), then the items
-        closest to it in length (earlier first among equals), while items x longest source x
-        beams fits the budget, up to `share` items.
+        closest to it in length (earlier first among equals; where that job has had no batch yet,
+        of jobs that have had none either), while items x longest source x beams fits the budget,
+        up to `share` items.
 
         Every batch takes the first item of a job not yet started, or else of the job least far
         along (or waiting PATIENCE_S), so nothing starves, and a long job does not hold back the
@@ -275,9 +276,14 @@ class Scheduler:
         has finished.
         """
         queue, budget = self.queues[key], self.batch_tokens // key.options.beam_size
-        first = self._first(queue, time.monotonic())
+        now = time.monotonic()
+        first = self._first(queue, now)
         anchor = queue[first]
-        others = sorted((i for i in range(len(queue)) if i != first), key=lambda i: abs(queue[i].length - anchor.length))
+        # a batch that starts a job keeps to jobs just as new (the batch of a text sent while a long job
+        # runs is not filled with that job's items: it would take as long as one of its batches)
+        fresh = not self._rank(anchor.job, now)[0]
+        others = sorted((i for i in range(len(queue)) if i != first and not (fresh and self._rank(queue[i].job, now)[0])),
+                        key=lambda i: abs(queue[i].length - anchor.length))
         chosen, longest = [first], anchor.length
         for i in others:
             if len(chosen) == share:
@@ -291,7 +297,6 @@ class Scheduler:
             longest = new_longest
         taken = set(chosen)
         batch = [queue[i] for i in sorted(chosen)]
-        now = time.monotonic()
         for item in batch:
             item.job.dispatched += 1
             item.job.last_taken = now

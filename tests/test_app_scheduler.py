@@ -58,9 +58,10 @@ def test_items_split_across_batches_come_back_in_order():
     assert [s for _, s in ra] == [sentence(i) for i in range(7)]
     assert [s for _, s in rb] == [sentence(100 + i) for i in range(3)]
     assert len(fake.batches) == 5 and all(len(s) <= 2 for _, s in fake.batches)
-    # items of different requests mix: once a has a batch, b starts the second, beside a's next
-    # item (the job least served so far goes first, Scheduler._first)
-    assert [sentence(2), sentence(100)] in [s for _, s in fake.batches]
+    # once a has a batch, b starts the second, with its own items only (a batch that starts a job
+    # keeps to jobs as new); then a, and items of both requests mix
+    assert fake.batches[1][1] == [sentence(100), sentence(101)]
+    assert [sentence(4), sentence(102)] in [s for _, s in fake.batches]
 
 
 def test_a_batch_is_the_oldest_item_and_the_items_closest_to_it_in_length():
@@ -338,10 +339,10 @@ def test_a_worker_that_frees_takes_its_share_of_a_short_queue_and_all_of_a_long_
 
 @pytest.mark.parametrize("patience_s", [1.0, 0.0])
 def test_a_request_of_many_texts_does_not_hold_back_the_requests_that_come_after_it(monkeypatch, patience_s):
-    """A job of ten texts has its first batch; two single texts that arrive meanwhile each start
-    one of the next batches (the job least served so far goes first), where oldest-first would
-    leave them behind all ten; the ten still fill the rest of each batch and come back in order.
-    With a patience of 0, every job counts as waiting too long, so the oldest goes first again."""
+    """A job of ten texts has its first batch; two single texts that arrive meanwhile go in the
+    next batch, the two of them (the job least served so far goes first, with jobs as new), where
+    oldest-first would leave them behind all ten; the ten come back in order. With a patience of
+    0, every job counts as waiting too long, so the oldest goes first again."""
     import app.scheduler
 
     monkeypatch.setattr(app.scheduler, "PATIENCE_S", patience_s)
@@ -367,6 +368,6 @@ def test_a_request_of_many_texts_does_not_hold_back_the_requests_that_come_after
     assert [results[1][0][1], results[2][0][1]] == [sentence(100), sentence(200)]
     first_batch_of = {i: next(b for b, ids in enumerate(batches) if i in ids) for i in (100, 200)}
     if patience_s:
-        assert batches[:3] == [[0, 1], [2, 100], [3, 200]], batches
+        assert batches == [[0, 1], [100, 200], [2, 3], [4, 5], [6, 7], [8, 9]], batches
     else:
         assert first_batch_of == {100: 5, 200: 5}, batches  # behind all ten

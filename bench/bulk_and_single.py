@@ -1,0 +1,85 @@
+"""One request of many sentences and, while it runs, single sentences: how long do the singles wait?
+
+    .venv/bin/python bench/bulk_and_single.py [--sentences 400] [--url URL]
+
+Starts `nmt serve` with the shipped en-de (no translation cache, no language detection) unless
+--url names a running server; sends one LibreTranslate /translate request of --sentences
+sentences (texts of 8 sentences each, from the Markdown prose at c7b0ed3, bench/sentences.py)
+and, from 0.3 s after it until it is answered, one single sentence every 100 ms, each after the
+answer to the one before; prints the long request's time and the singles' p50 and longest.
+The scheduler starts each batch from the request least served so far (app/scheduler.py), so a
+single waits for a worker to free, not for the whole long request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from sentences import prose_sentences
+from service import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+async def measure(url: str, count: int) -> None:
+    sentences = prose_sentences("c7b0ed3")
+    body = {"source": "en", "target": "de"}
+    long_texts = [" ".join(sentences[(8 * k + j) % len(sentences)] for j in range(8)) for k in range(count // 8)]
+    async with httpx.AsyncClient(base_url=url, timeout=600) as client:
+        await client.post("/translate", json={"q": sentences[:4], **body})  # warm-up
+        start = time.perf_counter()
+        long_request = asyncio.create_task(client.post("/translate", json={"q": long_texts, **body}))
+        await asyncio.sleep(0.3)
+        waits, i = [], 0
+        while not long_request.done():
+            sent = time.perf_counter()
+            answer = await client.post("/translate", json={"q": sentences[(7 * i) % len(sentences)], **body})
+            assert answer.status_code == 200, answer.text[:300]
+            waits.append(time.perf_counter() - sent)
+            i += 1
+            await asyncio.sleep(0.1)
+        answer = await long_request
+        assert answer.status_code == 200, answer.text[:300]
+        print(f"one request of {8 * len(long_texts)} sentences: {time.perf_counter() - start:.1f} s; {len(waits)} single "
+              f"sentences meanwhile: p50 {1000 * statistics.median(waits):.0f} ms, longest {1000 * max(waits):.0f} ms")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sentences", type=int, default=400, help="sentences of the long request (at most 64 x 8)")
+    p.add_argument("--url", help="a running server instead of one started here")
+    args = p.parse_args()
+    if args.url:
+        asyncio.run(measure(args.url, args.sentences))
+        return
+    port = free_port()
+    env = {**os.environ, "NMT_MODEL_DIRS": "checkpoints/en-de", "NMT_CACHE": "false", "NMT_DETECT_LANGUAGES": "none"}
+    server = subprocess.Popen([sys.executable, "-m", "nmt", "serve", "--host", "127.0.0.1", "--port", str(port)], env=env,
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{url}/ready").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline and server.poll() is None, "the server did not get ready"
+            time.sleep(0.5)
+        asyncio.run(measure(url, args.sentences))
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+if __name__ == "__main__":
+    main()

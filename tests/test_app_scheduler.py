@@ -371,3 +371,24 @@ def test_a_request_of_many_texts_does_not_hold_back_the_requests_that_come_after
         assert batches == [[0, 1], [100, 200], [2, 3], [4, 5], [6, 7], [8, 9]], batches
     else:
         assert first_batch_of == {100: 5, 200: 5}, batches  # behind all ten
+
+
+def test_a_request_decoded_another_way_does_not_wait_for_a_long_one_either():
+    """The same across batch keys: a single text of another model starts the batch after the long
+    request's first, though the long request's items are older."""
+
+    async def main():
+        fake = FakeTranslate()
+        fake.gate = asyncio.Event()
+        scheduler = Scheduler(fake, slots=1, batch_tokens=40, max_wait_s=0.0)
+        scheduler.start()
+        many = scheduler.submit(make_key("en-de", beam_size=4), [sentence(i) for i in range(10)])
+        await asyncio.sleep(0.01)
+        single = scheduler.submit(make_key("de-en", beam_size=4), [sentence(100)])
+        await asyncio.sleep(0.01)
+        fake.gate.set()
+        await many.future, await single.future
+        await scheduler.stop(1)
+        return [(key.model, [s[0] for s in sources]) for key, sources in fake.batches]
+
+    assert run(main())[:3] == [("en-de", [0, 1]), ("de-en", [100]), ("en-de", [2, 3])]

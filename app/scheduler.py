@@ -5,8 +5,9 @@ and every decoding option, because only items decoded the same way can share a b
 When a worker slot is free, a key that holds a full token budget, or whose oldest item has
 waited long enough (on an idle server not at all, while a batch runs max_wait), starts a batch.
 A batch starts from the oldest item of the job that has had the fewest items in batches so far
-(of all ready keys), and takes the items closest to it in length, of any job, up to the budget
-and, where the queue is short, to its share of it (`share_among` workers: with two, a batch
+(of all ready keys), and takes the items closest to it in length (where it starts a job, none
+of another job too long for one batch), up to the budget and, where the queue is short, to its
+share of it (`share_among` workers: with two, a batch
 takes at most half of a queue of up to 8 items). With one text a request that is the oldest
 item; a request of many texts (a file's sentences, a catalog) has its first batch at once and
 then goes on filling batches, but a request that comes after it starts the next batch instead of
@@ -26,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -266,24 +267,26 @@ class Scheduler:
     def _take(self, key: BatchKey, share: int) -> list[_Item]:
         """The first item (_first: the oldest of the job least served so far), then the items
         closest to it in length (earlier first among equals; where that job has had no batch yet,
-        of jobs that have had none either), while items x longest source x beams fits the budget,
-        up to `share` items.
+        none of another job with more items queued than one batch holds), while items x longest
+        source x beams fits the budget, up to `share` items.
 
         Every batch takes the first item of a job not yet started, or else of the job least far
         along (or waiting PATIENCE_S), so nothing starves, and a long job does not hold back the
-        short ones behind it;
-        similar lengths waste less on padding and on beams that run on after the rest of the batch
-        has finished.
+        short ones behind it; similar lengths waste less on padding and on beams that run on after
+        the rest of the batch has finished.
         """
         queue, budget = self.queues[key], self.batch_tokens // key.options.beam_size
         now = time.monotonic()
         first = self._first(queue, now)
         anchor = queue[first]
-        # a batch that starts a job keeps to jobs just as new (the batch of a text sent while a long job
-        # runs is not filled with that job's items: it would take as long as one of its batches)
-        fresh = not self._rank(anchor.job, now)[0]
-        others = sorted((i for i in range(len(queue)) if i != first and not (fresh and self._rank(queue[i].job, now)[0])),
-                        key=lambda i: abs(queue[i].length - anchor.length))
+        # a batch that starts a job is not filled with the items of another job too long for one batch
+        # (the batch of a text sent while a long job runs would take as long as one of that job's)
+        others = [i for i in range(len(queue)) if i != first]
+        if not self._rank(anchor.job, now)[0]:
+            queued = Counter(id(item.job) for item in queue)
+            fits = max(1, budget // anchor.length)
+            others = [i for i in others if queue[i].job is anchor.job or queued[id(queue[i].job)] < fits]
+        others.sort(key=lambda i: abs(queue[i].length - anchor.length))
         chosen, longest = [first], anchor.length
         for i in others:
             if len(chosen) == share:

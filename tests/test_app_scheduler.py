@@ -392,3 +392,26 @@ def test_a_request_decoded_another_way_does_not_wait_for_a_long_one_either():
         return [(key.model, [s[0] for s in sources]) for key, sources in fake.batches]
 
     assert run(main())[:3] == [("en-de", [0, 1]), ("de-en", [100]), ("en-de", [2, 3])]
+
+
+def test_the_rest_of_a_short_request_split_by_the_budget_still_fills_the_next_batch():
+    """Where a batch starts a request, only the items of requests too long for one batch are kept
+    out of it: the one item of a three-text request left over by the budget goes in the next batch,
+    beside the request that starts it, not after every newer request."""
+
+    async def main():
+        fake = FakeTranslate()
+        fake.gate = asyncio.Event()
+        scheduler = Scheduler(fake, slots=1, batch_tokens=40, max_wait_s=0.0)  # 2 items of 5 tokens x beam 4
+        scheduler.start()
+        key = make_key("en-de", beam_size=4)
+        jobs = [scheduler.submit(key, [sentence(1), sentence(2), sentence(3)]),
+                scheduler.submit(key, [sentence(100)]), scheduler.submit(key, [sentence(200)])]
+        await asyncio.sleep(0.01)
+        fake.gate.set()
+        for job in jobs:
+            await job.future
+        await scheduler.stop(1)
+        return [[s[0] for s in sources] for _, sources in fake.batches]
+
+    assert run(main()) == [[1, 2], [3, 100], [200]]

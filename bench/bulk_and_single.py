@@ -24,7 +24,7 @@ from pathlib import Path
 
 import httpx
 from sentences import prose_sentences
-from service import free_port
+from service import free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,15 +66,7 @@ def main() -> None:
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/ready").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline and server.poll() is None, "the server did not get ready"
-            time.sleep(0.5)
+        wait_ready(url, server)
         asyncio.run(measure(url, args.sentences))
     finally:
         server.terminate()

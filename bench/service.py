@@ -48,6 +48,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_ready(url: str, process: subprocess.Popen, seconds: float = 120) -> None:
+    """Until the server at `url` (started as `process`) answers /ready with 200; an AssertionError
+    if it exits or takes longer."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if httpx.get(f"{url}/ready").status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline and process.poll() is None, "the server did not get ready"
+        time.sleep(0.5)
+
+
 def start_redis() -> tuple[subprocess.Popen, str]:
     """A throwaway redis-server (Debian's) on a free port, for --redis."""
     port = free_port()

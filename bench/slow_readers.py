@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import httpx
+from service import wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,15 +56,7 @@ def main() -> None:
     url = f"http://127.0.0.1:{port}"
     connections = []
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/ready").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline and server.poll() is None, "the server did not get ready"
-            time.sleep(0.5)
+        wait_ready(url, server)
         sentence = "The configuration file could not be opened because the disk is full so please free some space "
         words = (sentence + "and try again later").split(" ")
         text = " ".join(words[i % len(words)] for i in range(330)) + "."

@@ -41,6 +41,16 @@ def sentence(i: int, length: int = 5) -> list[int]:
     return [i] * length
 
 
+def one_gated_slot() -> tuple[FakeTranslate, Scheduler]:
+    """A started scheduler with one worker slot, a budget of 2 items of 5 tokens x beam 4 and no
+    wait, whose batches wait for fake.gate (call within the test's event loop)."""
+    fake = FakeTranslate()
+    fake.gate = asyncio.Event()
+    scheduler = Scheduler(fake, slots=1, batch_tokens=40, max_wait_s=0.0)
+    scheduler.start()
+    return fake, scheduler
+
+
 def test_items_split_across_batches_come_back_in_order():
     async def main():
         fake = FakeTranslate(delay=0.01)
@@ -269,10 +279,7 @@ def test_the_next_batch_goes_to_the_worker_before_the_finished_batch_wakes_its_r
     """Answering a batch's requests holds the event loop (~0.5 ms each): the queued batch must be
     on its way to the freed worker first, not wait behind them."""
     async def main():
-        fake = FakeTranslate()
-        fake.gate = asyncio.Event()
-        scheduler = Scheduler(fake, slots=1, batch_tokens=40, max_wait_s=0.0)
-        scheduler.start()
+        fake, scheduler = one_gated_slot()
         key = make_key("en-de", beam_size=4)
         first = scheduler.submit(key, [sentence(1), sentence(2)])
         await asyncio.sleep(0.01)  # the first batch runs
@@ -348,11 +355,7 @@ def test_a_request_of_many_texts_does_not_hold_back_the_requests_that_come_after
     monkeypatch.setattr(app.scheduler, "PATIENCE_S", patience_s)
 
     async def main():
-        fake = FakeTranslate()
-        fake.gate = asyncio.Event()
-        # budget 40 = 2 items of 5 tokens x beam 4
-        scheduler = Scheduler(fake, slots=1, batch_tokens=40, max_wait_s=0.0)
-        scheduler.start()
+        fake, scheduler = one_gated_slot()
         key = make_key("en-de", beam_size=4)
         many = scheduler.submit(key, [sentence(i) for i in range(10)])
         await asyncio.sleep(0.01)  # its first batch runs
@@ -378,10 +381,7 @@ def test_a_request_decoded_another_way_does_not_wait_for_a_long_one_either():
     request's first, though the long request's items are older."""
 
     async def main():
-        fake = FakeTranslate()
-        fake.gate = asyncio.Event()
-        scheduler = Scheduler(fake, slots=1, batch_tokens=40, max_wait_s=0.0)
-        scheduler.start()
+        fake, scheduler = one_gated_slot()
         many = scheduler.submit(make_key("en-de", beam_size=4), [sentence(i) for i in range(10)])
         await asyncio.sleep(0.01)
         single = scheduler.submit(make_key("de-en", beam_size=4), [sentence(100)])
@@ -400,10 +400,7 @@ def test_the_rest_of_a_short_request_split_by_the_budget_still_fills_the_next_ba
     beside the request that starts it, not after every newer request."""
 
     async def main():
-        fake = FakeTranslate()
-        fake.gate = asyncio.Event()
-        scheduler = Scheduler(fake, slots=1, batch_tokens=40, max_wait_s=0.0)  # 2 items of 5 tokens x beam 4
-        scheduler.start()
+        fake, scheduler = one_gated_slot()
         key = make_key("en-de", beam_size=4)
         jobs = [scheduler.submit(key, [sentence(1), sentence(2), sentence(3)]),
                 scheduler.submit(key, [sentence(100)]), scheduler.submit(key, [sentence(200)])]

@@ -7,8 +7,8 @@ waited long enough (on an idle server not at all, while a batch runs max_wait), 
 A batch starts from the oldest item of the job that has had the fewest items in batches so far
 (of all ready keys), and takes the items closest to it in length (where it starts a job, none
 of another job too long for one batch), up to the budget and, where the queue is short, to its
-share of it (`share_among` workers: with two, a batch
-takes at most half of a queue of up to 8 items). With one text a request that is the oldest
+share of it (`share_among` workers: with two, a batch takes at most half of a queue of up to 8
+items). With one text a request that is the oldest
 item; a request of many texts (a file's sentences, a catalog) has its first batch at once and
 then goes on filling batches, but a request that comes after it starts the next batch instead of
 waiting for all of it. So one job's items may run in several batches, even on several workers at
@@ -214,9 +214,10 @@ class Scheduler:
         then waits for one or two others, not for everything that came in meanwhile. A long queue
         (load) still goes whole, and with one worker nothing changes."""
         shares: dict[BatchKey, int] = {}
-        while self.in_flight < self.slots and (key := self._ready_key(now)) is not None:
+        while self.in_flight < self.slots and (ready := self._ready_key(now)) is not None:
+            key, first = ready
             share = shares.setdefault(key, self._share(len(self.queues[key])))
-            self._launch(key, self._take(key, share))
+            self._launch(key, self._take(key, first, share, now))
 
     def _share(self, queued: int) -> int:
         """The most items one batch takes of a queue of `queued`: a short queue (up to
@@ -232,15 +233,16 @@ class Scheduler:
         few would leave the rest to wait for a whole batch more."""
         return self.max_wait_s if self.in_flight else 0.0
 
-    def _ready_key(self, now: float) -> BatchKey | None:
+    def _ready_key(self, now: float) -> tuple[BatchKey, int] | None:
         """Among keys with a full budget or an item that has waited long enough (_wait_s), the one
-        whose first item (_first) ranks first."""
+        whose first item (_first) ranks first, and that item's index in its queue."""
         best, best_rank, wait_s = None, None, self._wait_s()
         for key, queue in self.queues.items():
             if self._closing or self.queued_cost[key] >= self.batch_tokens or now - queue[0].job.arrived >= wait_s:
-                rank = self._rank(queue[self._first(queue, now)].job, now)
+                first = self._first(queue, now)
+                rank = self._rank(queue[first].job, now)
                 if best is None or rank < best_rank:
-                    best, best_rank = key, rank
+                    best, best_rank = (key, first), rank
         return best
 
     @staticmethod
@@ -264,8 +266,8 @@ class Scheduler:
                     break  # the oldest job not yet started (or waiting PATIENCE_S): nothing ranks before it
         return best
 
-    def _take(self, key: BatchKey, share: int) -> list[_Item]:
-        """The first item (_first: the oldest of the job least served so far), then the items
+    def _take(self, key: BatchKey, first: int, share: int, now: float) -> list[_Item]:
+        """The item at `first` (_first: the oldest of the job least served so far), then the items
         closest to it in length (earlier first among equals; where that job has had no batch yet,
         none of another job with more items queued than one batch holds), while items x longest
         source x beams fits the budget, up to `share` items.
@@ -276,8 +278,6 @@ class Scheduler:
         the rest of the batch has finished.
         """
         queue, budget = self.queues[key], self.batch_tokens // key.options.beam_size
-        now = time.monotonic()
-        first = self._first(queue, now)
         anchor = queue[first]
         # a batch that starts a job is not filled with the items of another job too long for one batch
         # (the batch of a text sent while a long job runs would take as long as one of that job's)

@@ -96,18 +96,12 @@ def start_server(args, redis_url: str | None) -> tuple[subprocess.Popen, str]:
                    "--log-level", "warning", "--no-proxy-headers"]
     process = subprocess.Popen(command, cwd=ROOT, env=env)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            sys.exit(f"server exited with {process.returncode}")
-        try:
-            if httpx.get(f"{url}/ready").status_code == 200:
-                return process, url
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    process.terminate()
-    sys.exit("server not ready after 600 s")
+    try:
+        wait_ready(url, process, 600)
+    except AssertionError:
+        process.terminate()
+        sys.exit(f"server not ready (exit code {process.poll()})")
+    return process, url
 
 
 def cpu_seconds(pid: int) -> float:

@@ -4,10 +4,12 @@ re-run a number measured on it), or six built-in short sentences.
 
     --data data/corpus/test_sw.en     # a file (the training corpus's test set, not in git)
     --data prose@c7b0ed3               # the Markdown prose at that commit (sentences of 5-30 words)
+    --data prose+code@HEAD             # and the docstrings and comments of its Python files (~450)
 """
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 from pathlib import Path
@@ -45,8 +47,38 @@ def prose_sentences(commit: str | None = None) -> list[str]:
     return list(found)
 
 
+def code_sentences(commit: str) -> list[str]:
+    """The English sentences of the docstrings and comments of the Python files `commit` had, with
+    prose_sentences' filter (and none with parentheses or a #); new ones only, after the prose's."""
+    listed = subprocess.run(["git", "ls-tree", "-r", "--name-only", commit], cwd=ROOT, capture_output=True,
+                            text=True, check=True).stdout.split()
+    texts = []
+    for name in sorted(n for n in listed if n.endswith(".py")):
+        source = subprocess.run(["git", "show", f"{commit}:{name}"], cwd=ROOT, capture_output=True, text=True,
+                                check=True).stdout
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        texts += [ast.get_docstring(node) or "" for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
+        texts.append("\n\n".join(re.findall(r"^\s*# (.*)$", source, re.M)))
+    found: dict[str, None] = {}
+    for block in re.split(r"\n\s*\n", re.sub(r"`[^`]*`", "", "\n\n".join(texts))):
+        for sentence in re.split(r"(?<=[.!?])\s+", " ".join(block.split())):
+            if (5 <= len(sentence.split()) <= 30 and sentence[-1] in ".!?" and sentence[0].isupper()
+                    and not re.search(r"[_/=<>{}\[\]*|#()]", sentence)):
+                found[sentence] = None
+    return list(found)
+
+
 def load_sentences(data: str | None, limit: int) -> list[str]:
-    """The first `limit` sentences of `data` (a file, or prose@REV), else FALLBACK."""
+    """The first `limit` sentences of `data` (a file, prose@REV or prose+code@REV), else FALLBACK."""
+    if data and data.startswith("prose+code@"):
+        commit = data.removeprefix("prose+code@")
+        prose = prose_sentences(commit)
+        seen = set(prose)
+        return (prose + [s for s in code_sentences(commit) if s not in seen])[:limit]
     if data and data.startswith("prose@"):
         return prose_sentences(data.removeprefix("prose@"))[:limit]
     if data and Path(data).is_file():

@@ -244,8 +244,9 @@ def encode_by_length(model: IncrementalDecoder, src: Tensor) -> tuple[Tensor, Te
     """model.encode(src), with sentences of very different lengths encoded apart, each group
     padded only to its own longest: in a mixed batch (a service's) most encoder work would
     otherwise go to padding. Returns memory (B, S, D), zero at padding, and src_mask (B, 1, 1, S).
-    CPU only: on a GPU padding costs little and each extra encoder call costs launches."""
-    if src.device.type != "cpu":
+    CPU only: on a GPU padding costs little and each extra encoder call costs launches; and not
+    for an engine whose encoder skips the padding itself (`skips_padding`: the fused int8 one)."""
+    if src.device.type != "cpu" or getattr(model, "skips_padding", False):
         return model.encode(src)
     src_mask = (src != model.config.pad_id)[:, None, None, :]
     lengths = src_mask.view(src.size(0), -1).sum(-1).tolist()

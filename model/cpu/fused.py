@@ -5,8 +5,11 @@ each with a fixed cost in Python and dispatch that does not shrink with the batc
 sentences that cost is most of the work. `fuse(model)`, for a CPU model whose Linear layers are
 all `Int8Linear`, returns a `FusedInt8Decoder`: the incremental-decoder interface beam search
 takes (model/search.py), with `encode` and `decode_step` in C++ over the same weights (and, for
-the step, the same `DecoderCache`), with the same results bit for bit. The model's PyTorch code
-stays the reference, and the tests compare the two.
+the step, the same `DecoderCache`), with the same results bit for bit. The one difference: the
+fused encoder skips the source's padding (its tokens packed, self-attention within each sentence
+by kernels.packed_self_attention; memory 0 at padding), where PyTorch's attends through SDPA over
+the padded batch: the same up to float32 rounding, and bit for bit with PyTorch's encoder attending
+through that kernel. The model's PyTorch code stays the reference, and the tests compare the two.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ class FusedInt8Decoder:
         c, module = model.config, kernels.load()
         self.model, self.config = model, c
         self.columns: Tensor | None = None  # the target ids of the logits' columns (None: all); see shortlisted
+        # encode works on the source's tokens alone, so a batch of unlike lengths costs it no padding
+        # (search.encode_by_length need not cut it into length groups)
+        self.skips_padding = True
         self.shortlist = None  # the output projection's rows of them
 
         def norms(modules):

@@ -1,7 +1,8 @@
 """C++ kernels for decoding on the CPU (model/kernels/*.cpp, one extension module), with PyTorch twins.
 
 - kernels.cpp: attention with a few queries per head (a decoder step's self-attention over its
-  cache, and encoder-decoder attention with the beams as queries), and choosing candidates (the
+  cache, and encoder-decoder attention with the beams as queries), an encoder's self-attention
+  over packed sentences (no work for padding), and choosing candidates (the
   best log-probabilities of each row without writing out log_softmax): PyTorch's CPU ops run
   both far below memory speed at decoding shapes (numbers: `bench/kernels.py`, BENCHMARKS.md).
 - int8.cpp: int8 matrix products with activations quantized row by row (Int8Linear,
@@ -235,6 +236,14 @@ def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, need_weights
     flat_bias = None if bias is None else bias.reshape(bias.size(0), Tk).expand(B, Tk)
     out, weights = loaded().attention(q, k, v, flat_bias, need_weights, rows)
     return out, (weights if need_weights else None)
+
+
+def packed_self_attention(qkv: Tensor, starts: Tensor, n_heads: int) -> Tensor:
+    """An encoder's self-attention over packed sentences: qkv (T, 3 * D) float32, each row a
+    token's q, k and v (MultiHeadAttention.qkv_proj's output), sentence b in rows starts[b] ..
+    starts[b + 1] (B + 1,) int64; each token attends to its own sentence's tokens only (what a
+    padding mask does, without computing the padding). Returns (T, D), heads side by side."""
+    return loaded().packed_self_attention(qkv, starts, n_heads)
 
 
 def row_top(logits: Tensor, m: int, banned: tuple[int, ...]) -> tuple[Tensor, Tensor]:

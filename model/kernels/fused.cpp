@@ -1,13 +1,13 @@
 // The encoder and the decoder step of a model whose Linear layers are int8 (Int8Linear,
 // int8.cpp), each in one call on the CPU: Transformer.encode and Transformer.decode_step of
-// model/transformer.py, the same arithmetic bit for bit.
+// model/transformer.py, the same arithmetic bit for bit (the encoder's self-attention aside: here
+// kernels.cpp's packed_self_attention, within each sentence; in PyTorch, SDPA over the padding).
 //
 // In PyTorch a decoder step is ~100 small ops and an encoder layer ~20, each paying Python and
 // dispatch costs that do not shrink with the batch: at a few decoder rows they are most of a
 // step. Here the embedding, the LayerNorms (ATen's, the PyTorch path's own), the int8 products
-// (the residual added and ReLU applied as a product is stored), attention (the encoder's through
-// ATen's SDPA as in PyTorch, the decoder's through kernels.cpp) and the output projection run
-// in one call. The decoder step reads and writes the DecoderCache of model/transformer.py exactly
+// (the residual added and ReLU applied as a product is stored), attention (kernels.cpp's) and
+// the output projection run in one call; the encoder runs on the source's tokens alone, packed. The decoder step reads and writes the DecoderCache of model/transformer.py exactly
 // as the PyTorch step does, so the two can take turns on one cache.
 //
 // Shapes: B sentences, S source length, N decoder rows, g rows per source, D model width, H heads,
@@ -72,6 +72,17 @@ class Stack {
     for (int64_t i = 0; i < B * T; ++i)
       for (int64_t d = 0; d < D; ++d) out[i * D + d] = table[id[i] * D + d] * embed_scale_ + position[(i % T) * D + d];
     return x;
+  }
+
+  // the rows `rows` (T,) of (B, S) token ids -> (T, D): embed's arithmetic for those tokens alone
+  // (each at its column's position), for an encoder that skips the padding
+  at::Tensor embed_rows(const at::Tensor& ids, const at::Tensor& rows) const {
+    TORCH_CHECK(ids.dim() == 2 && ids.scalar_type() == at::kLong, "ids must be int64 (B, S)");
+    const int64_t S = ids.size(1);
+    TORCH_CHECK(S <= positions_.size(0), "position ", S - 1, " beyond the model's ", positions_.size(0));
+    const at::Tensor picked = ids.contiguous().view({-1}).index_select(0, rows);  // (T,)
+    const at::Tensor position = rows.remainder(S);  // (T,) each token's column
+    return embed_at(picked, position.data_ptr<int64_t>());
   }
 
   // (N,) token ids at their own positions (N,) -> (N, D): embed's arithmetic, a row at a time
@@ -150,27 +161,31 @@ class Encoder : Stack {
     TORCH_CHECK(norms_.size() == 2 * L + (pre_norm ? 1 : 0), "2 LayerNorms per layer, and a final one for pre-norm");
   }
 
-  // src (B, S) PAD-padded ids -> memory (B, S, D) and src_mask (B, 1, 1, S), True at tokens
+  // src (B, S) PAD-padded ids -> memory (B, S, D) and src_mask (B, 1, 1, S), True at tokens.
+  // The T source tokens run packed, (T, D), sentence after sentence: the row-wise ops (the int8
+  // products, their rows quantized one by one; the LayerNorms; the activations) as they would
+  // padded, bit for bit, and self-attention within each sentence (kernels.cpp,
+  // packed_self_attention), so a batch of unlike lengths does no work for its padding. memory is 0
+  // at padding, which the mask keeps out of every attention that reads it.
   std::vector<at::Tensor> forward(const at::Tensor& src) const {
-    const int64_t B = src.size(0), S = src.size(1), D = D_, H = H_, Dh = D / H;
+    const int64_t B = src.size(0), S = src.size(1), D = D_;
     const at::Tensor mask = src.ne(pad_id_).view({B, 1, 1, S});
-    at::Tensor x = embed(src, 0);  // (B * S, D)
-    at::Tensor qkv = at::empty({B * S, 3 * D}, x.options());
+    const at::Tensor tokens = mask.reshape({B * S}).nonzero().view({-1});  // (T,) their rows in (B * S)
+    const int64_t T = tokens.size(0);
+    at::Tensor starts = at::zeros({B + 1}, src.options());  // (B + 1,) sentence b: rows starts[b] .. starts[b + 1]
+    starts.slice(0, 1).copy_(mask.view({B, S}).sum(1).cumsum(0));
+    at::Tensor x = embed_rows(src, tokens);  // (T, D)
+    at::Tensor qkv = at::empty({T, 3 * D}, x.options());
     for (size_t l = 0; l < linears_.size() / 4; ++l) {
       const Linear* linear = &linears_[4 * l];  // qkv, out, w1, w2
-      sublayer(x, norms_[2 * l], [&](const at::Tensor& in) {  // self-attention over the source
+      sublayer(x, norms_[2 * l], [&](const at::Tensor& in) {  // self-attention within each sentence
         product(in, linear[0], qkv.data_ptr<float>(), false);
-        // q, k, v as MultiHeadAttention.self_qkv views them: (B, H, S, Dh) each
-        const at::Tensor heads = qkv.view({B, S, 3, H, Dh});
-        const at::Tensor q = heads.select(2, 0).transpose(1, 2), k = heads.select(2, 1).transpose(1, 2),
-                         v = heads.select(2, 2).transpose(1, 2);
-        const at::Tensor out = at::scaled_dot_product_attention(q, k, v, mask, 0.0);  // (B, H, S, Dh)
-        product(out.transpose(1, 2).reshape({B * S, D}), linear[1], x.data_ptr<float>(), true);
+        product(packed_self_attention(qkv, starts, H_), linear[1], x.data_ptr<float>(), true);
       });
       sublayer(x, norms_[2 * l + 1], [&](const at::Tensor& in) { feed_forward(in, linear[2], linear[3], x); });
     }
     if (pre_norm_) x = layer_norm(x, norms_.back());
-    return {x.view({B, S, D}), mask};
+    return {at::zeros({B * S, D}, x.options()).index_copy_(0, tokens, x).view({B, S, D}), mask};
   }
 
  private:

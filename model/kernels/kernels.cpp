@@ -3,7 +3,9 @@
 //
 //   attention  softmax(q k^T / sqrt(Dh) + bias) v for a few queries per (batch, head): the
 //              decoder's self-attention over its cache (1 query) and its encoder-decoder
-//              attention (the beams of a sentence as queries of one source).
+//              attention (the beams of a sentence as queries of one source); and an
+//              encoder's self-attention over packed sentences, each token attending to its own
+//              sentence only (packed_self_attention: no work for padding).
 //   row_top    the m best log-probabilities of each row of logits, and their tokens: a running
 //              top m over the row, then the sum of exp for the normalisation (log_softmax is
 //              never written out).
@@ -209,6 +211,33 @@ void attention_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   });
 }
 
+// An encoder's self-attention over packed sentences: qkv (T, 3 * D) rows, each a token's q, k, v
+// (heads of Dh side by side within each); sentence b holds rows starts[b] .. starts[b + 1].
+// Each query attends to its own sentence's keys only, so no padding is computed. Writes out (T, D).
+template <int C>
+void packed_attention_impl(const float* qkv, const int64_t* starts, int64_t B, int64_t H, int64_t Dh, float* out) {
+  const int64_t D = H * Dh, stride = 3 * D;
+  const Vec scale(1.f / std::sqrt(static_cast<float>(Dh)));
+  at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> s;
+    std::vector<int64_t> off;
+    Vec qv[C];
+    for (int64_t bh = begin; bh < end; ++bh) {
+      const int64_t b = bh / H, h = bh % H, first = starts[b], n = starts[b + 1] - starts[b];
+      s.resize(padded_size(n));
+      off.resize(n);
+      for (int64_t j = 0; j < n; ++j) off[j] = (first + j) * stride;
+      const float* head = qkv + h * Dh;
+      for (int64_t i = 0; i < n; ++i) {
+        const float* qi = head + (first + i) * stride;
+        for (int c = 0; c < C; ++c) qv[c] = Vec::loadu(qi + c * Vec::size()) * scale;
+        attend_head<C>(qv, head + D, off.data(), head + 2 * D, off.data(), nullptr, n, s.data(),
+                       out + (first + i) * D + h * Dh);
+      }
+    }
+  });
+}
+
 #define DISPATCH_STORAGE_TYPES(TYPE, NAME, ...)                                                          \
   switch (TYPE) {                                                                                        \
     case at::kFloat: { using scalar_t = float; __VA_ARGS__(); break; }                                   \
@@ -237,6 +266,30 @@ std::pair<float, float> min_max(const float* x, int64_t n) {
     high = std::max(high, x[j]);
   }
   return {low, high};
+}
+
+at::Tensor packed_self_attention(const at::Tensor& qkv, const at::Tensor& starts, int64_t n_heads) {
+  TORCH_CHECK(qkv.dim() == 2 && qkv.is_contiguous() && qkv.scalar_type() == at::kFloat && qkv.size(1) % (3 * n_heads) == 0,
+              "qkv must be a contiguous float32 (T, 3 * D)");
+  TORCH_CHECK(starts.dim() == 1 && starts.is_contiguous() && starts.scalar_type() == at::kLong && starts.size(0) >= 2,
+              "starts must be int64 (B + 1,)");
+  const int64_t T = qkv.size(0), D = qkv.size(1) / 3, Dh = D / n_heads, B = starts.size(0) - 1, C = Dh / Vec::size();
+  const int64_t* st = starts.data_ptr<int64_t>();
+  TORCH_CHECK(st[0] == 0 && st[B] == T, "starts must run from 0 to the T rows of qkv");
+  for (int64_t b = 0; b < B; ++b) TORCH_CHECK(st[b] <= st[b + 1], "starts must not decrease");
+  TORCH_CHECK(Dh % Vec::size() == 0 && (C == 1 || C == 2 || C == 4 || C == 8 || C == 16),
+              "the head size must be 1, 2, 4, 8 or 16 times ", Vec::size());
+  at::Tensor out = at::empty({T, D}, qkv.options());
+  const float* q = qkv.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  switch (C) {
+    case 1: packed_attention_impl<1>(q, st, B, n_heads, Dh, o); break;
+    case 2: packed_attention_impl<2>(q, st, B, n_heads, Dh, o); break;
+    case 4: packed_attention_impl<4>(q, st, B, n_heads, Dh, o); break;
+    case 8: packed_attention_impl<8>(q, st, B, n_heads, Dh, o); break;
+    default: packed_attention_impl<16>(q, st, B, n_heads, Dh, o);
+  }
+  return out;
 }
 
 std::vector<at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -370,6 +423,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("attention", &nmt::attention, "softmax(q k^T / sqrt(Dh) + bias) v, and the weights if asked",
              py::arg("q"), py::arg("k"), py::arg("v"), py::arg("bias"), py::arg("need_weights"),
              py::arg("rows") = py::none(), release);
+  module.def("packed_self_attention", &nmt::packed_self_attention,
+             "an encoder's self-attention over packed sentences: qkv (T, 3 * D), sentence b in rows starts[b] .. "
+             "starts[b + 1] -> (T, D)", py::arg("qkv"), py::arg("starts"), py::arg("n_heads"), release);
   module.def("row_top", &nmt::row_top, "the m best log-probabilities of each row and their columns", release);
   module.def("beam_step", &nmt::beam_step, "one step of beam search after the decoder (model/search.py)",
              py::arg("logits"), py::arg("run_scores"), py::arg("pool_scores"), py::arg("pool_ref"), py::arg("max_len"),

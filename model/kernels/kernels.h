@@ -25,6 +25,10 @@ std::vector<at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, cons
                                   const c10::optional<at::Tensor>& bias, bool need_weights,
                                   const c10::optional<at::Tensor>& rows);
 
+// an encoder's self-attention over packed sentences: qkv (T, 3 * D) float32, sentence b in rows
+// starts[b] .. starts[b + 1] (B + 1,); each token attends to its own sentence -> (T, D); see kernels.cpp
+at::Tensor packed_self_attention(const at::Tensor& qkv, const at::Tensor& starts, int64_t n_heads);
+
 // the m best log-probabilities of each row of logits (N, V) and their columns, banned columns skipped
 std::vector<at::Tensor> row_top(const at::Tensor& logits, int64_t m, const std::vector<int64_t>& banned);
 

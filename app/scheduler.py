@@ -11,7 +11,8 @@ share of it (`share_among` workers: with two, a batch takes at most half of a qu
 items). With one text a request that is the oldest
 item; a request of many texts (a file's sentences, a catalog) has its first batch at once and
 then goes on filling batches, but a request that comes after it starts the next batch instead of
-waiting for all of it. So one job's items may run in several batches, even on several workers at
+waiting for all of it; where asked (long_job_items), its batches are short, so that such a request
+waits for a short batch to end. So one job's items may run in several batches, even on several workers at
 once, and each result is put back at its item's index: a job resolves with its own results, in
 order.
 A batch that fails is retried request by request, so one bad input fails only its own request.
@@ -110,13 +111,15 @@ class Scheduler:
     def __init__(self, run_batch: Callable[..., Awaitable[list[Any]]], slots: int,
                  batch_tokens: int, max_wait_s: float, max_queue_items: int = 1 << 30,
                  on_batch: Callable[[BatchKey, int, int], None] | None = None, cancel_in_flight: bool = False,
-                 share_among: int = 1):
+                 share_among: int = 1, long_job_items: int = 0):
         """cancel_in_flight: a batch whose every request is gone is cancelled while it runs (its
         run_batch task; a worker with running batches then drops it), not only before.
         share_among: a batch takes at most 1/share_among of its key's queue (rounded up), as it
-        stood when the batch's worker freed (see _dispatch)."""
+        stood when the batch's worker freed (see _dispatch). long_job_items: a batch that starts
+        from a job of more items than one batch holds takes at most this many (0: no limit), so
+        that a request sent meanwhile waits for a short batch to end, not a full one."""
         self.run_batch, self.slots, self.cancel_in_flight = run_batch, slots, cancel_in_flight
-        self.share_among = share_among
+        self.share_among, self.long_job_items = share_among, long_job_items
         self.batch_tokens, self.max_wait_s, self.max_queue_items = batch_tokens, max_wait_s, max_queue_items
         self.on_batch = on_batch  # (key, items, padded tokens) of every batch started
         self.queues: dict[BatchKey, deque[_Item]] = {}
@@ -275,17 +278,20 @@ class Scheduler:
         Every batch takes the first item of a job not yet started, or else of the job least far
         along (or waiting PATIENCE_S), so nothing starves, and a long job does not hold back the
         short ones behind it; similar lengths waste less on padding and on beams that run on after
-        the rest of the batch has finished.
+        the rest of the batch has finished. A batch that starts from a job too long for one batch
+        takes at most long_job_items, so that what comes meanwhile waits only for a short batch.
         """
         queue, budget = self.queues[key], self.batch_tokens // key.options.beam_size
         anchor = queue[first]
         # a batch that starts a job is not filled with the items of another job too long for one batch
         # (the batch of a text sent while a long job runs would take as long as one of that job's)
         others = [i for i in range(len(queue)) if i != first]
+        queued = Counter(id(item.job) for item in queue)
+        fits = max(1, budget // anchor.length)
         if not self._rank(anchor.job, now)[0]:
-            queued = Counter(id(item.job) for item in queue)
-            fits = max(1, budget // anchor.length)
             others = [i for i in others if queue[i].job is anchor.job or queued[id(queue[i].job)] < fits]
+        if self.long_job_items and len(anchor.job.sources) > fits:  # a long job: short batches to its end
+            share = min(share, self.long_job_items)
         others.sort(key=lambda i: abs(queue[i].length - anchor.length))
         chosen, longest = [first], anchor.length
         for i in others:

@@ -80,6 +80,11 @@ class Settings(BaseSettings):
                                       "its batch runs anyway, while another batch runs (on an idle server it starts "
                                       "at once). Unset: 0 on the CPU (where a batch of a few sentences costs ~0.9 of "
                                       "their times one by one, so waiting costs more than it saves), 5 on a GPU.")
+    long_batch_items: int | None = Field(None, ge=0, le=100_000, description="Most sentences in a batch that starts "
+                                         "from a request with more sentences queued than one batch holds (a file, a "
+                                         "catalog), so that a request sent meanwhile waits for a short batch, not a "
+                                         "full one; 0: no limit. Unset: 8 on the CPU (where a batch of 8 costs no "
+                                         "more a sentence than one of 32), no limit on a GPU.")
     max_items: int = Field(64, ge=1, description="Most texts in one request.")
     max_chars: int = Field(5000, ge=1, description="Most characters in one text (the model's token limit applies "
                            "too).")
@@ -247,6 +252,12 @@ class Settings(BaseSettings):
         if self.max_wait_ms is not None:
             return self.max_wait_ms / 1000
         return 0.005 if device_kind == "cuda" else 0.0
+
+    def long_job_batch_items(self, device_kind: str) -> int:
+        """long_batch_items, or its default for the device kind ('cpu' or 'cuda'); 0: no limit."""
+        if self.long_batch_items is not None:
+            return self.long_batch_items
+        return 0 if device_kind == "cuda" else 8
 
     def runs_batches(self) -> bool:
         """Whether the workers keep running batches (running_batch, 'auto' made concrete: where running

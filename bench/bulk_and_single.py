@@ -49,7 +49,8 @@ async def measure(url: str, count: int) -> None:
         answer = await long_request
         assert answer.status_code == 200, answer.text[:300]
         print(f"one request of {8 * len(long_texts)} sentences: {time.perf_counter() - start:.1f} s; {len(waits)} single "
-              f"sentences meanwhile: p50 {1000 * statistics.median(waits):.0f} ms, longest {1000 * max(waits):.0f} ms")
+              f"sentences meanwhile: p50 {1000 * statistics.median(waits):.0f} ms, longest {1000 * max(waits):.0f} ms "
+              f"(each, in order: {', '.join(f'{1000 * w:.0f}' for w in waits)})")
 
 
 def main() -> None:

@@ -65,6 +65,12 @@ def test_the_wait_for_company_follows_the_device_unless_set():
     assert Settings(max_wait_ms=3).batch_wait_s("cpu") == 0.003 == Settings(max_wait_ms=3).batch_wait_s("cuda")
 
 
+def test_a_long_requests_batches_are_short_on_the_cpu_unless_set():
+    assert Settings().long_job_batch_items("cpu") == 8 and Settings().long_job_batch_items("cuda") == 0
+    assert Settings(long_batch_items=0).long_job_batch_items("cpu") == 0
+    assert Settings(long_batch_items=16).long_job_batch_items("cuda") == 16
+
+
 def test_cors_preflight():
     app = create_app(Settings(model_dirs=["/nonexistent"], cors_origins=["https://ui.example"]))
     client = TestClient(app)  # no lifespan: the preflight needs no model

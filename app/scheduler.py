@@ -67,6 +67,7 @@ class Job:
 
     def __init__(self, key: BatchKey, sources: list[list[int]], weights: list[bool] | None = None):
         self.key, self.sources = key, sources
+        self.tokens = sum(map(len, sources))  # source tokens, all items
         self.weights = weights or [False] * len(sources)  # whose attention weights the text pipeline reads
         self.results: list[Any] = [None] * len(sources)
         self.remaining = len(sources)
@@ -115,9 +116,11 @@ class Scheduler:
         """cancel_in_flight: a batch whose every request is gone is cancelled while it runs (its
         run_batch task; a worker with running batches then drops it), not only before.
         share_among: a batch takes at most 1/share_among of its key's queue (rounded up), as it
-        stood when the batch's worker freed (see _dispatch). long_job_items: a batch that starts
-        from a job of more items than one batch holds takes at most this many (0: no limit), so
-        that a request sent meanwhile waits for a short batch to end, not a full one."""
+        stood when the batch's worker freed (see _dispatch). long_job_items: a job too long for one
+        batch (its source tokens x beams over the budget) runs in batches of at most this many
+        items, and none of its items goes in a batch that another job starts (0: no limit, and
+        such items may fill another job's batch), so that a request sent while it runs waits for a
+        short batch to end, and runs in a batch of its own kind."""
         self.run_batch, self.slots, self.cancel_in_flight = run_batch, slots, cancel_in_flight
         self.share_among, self.long_job_items = share_among, long_job_items
         self.batch_tokens, self.max_wait_s, self.max_queue_items = batch_tokens, max_wait_s, max_queue_items
@@ -278,8 +281,8 @@ class Scheduler:
         Every batch takes the first item of a job not yet started, or else of the job least far
         along (or waiting PATIENCE_S), so nothing starves, and a long job does not hold back the
         short ones behind it; similar lengths waste less on padding and on beams that run on after
-        the rest of the batch has finished. A batch that starts from a job too long for one batch
-        takes at most long_job_items, so that what comes meanwhile waits only for a short batch.
+        the rest of the batch has finished. With long_job_items, a job too long for one batch has
+        short batches of its own (see __init__).
         """
         queue, budget = self.queues[key], self.batch_tokens // key.options.beam_size
         anchor = queue[first]
@@ -290,8 +293,14 @@ class Scheduler:
         fits = max(1, budget // anchor.length)
         if not self._rank(anchor.job, now)[0]:
             others = [i for i in others if queue[i].job is anchor.job or queued[id(queue[i].job)] < fits]
-        if self.long_job_items and len(anchor.job.sources) > fits:  # a long job: short batches to its end
-            share = min(share, self.long_job_items)
+        if self.long_job_items:  # a job too long for one batch runs in short batches of its own, to its end
+            def long(job: Job) -> bool:
+                return job.tokens * key.options.beam_size > self.batch_tokens
+
+            if long(anchor.job):
+                share = min(share, self.long_job_items)
+            else:
+                others = [i for i in others if not long(queue[i].job)]
         others.sort(key=lambda i: abs(queue[i].length - anchor.length))
         chosen, longest = [first], anchor.length
         for i in others:

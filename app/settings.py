@@ -80,11 +80,11 @@ class Settings(BaseSettings):
                                       "its batch runs anyway, while another batch runs (on an idle server it starts "
                                       "at once). Unset: 0 on the CPU (where a batch of a few sentences costs ~0.9 of "
                                       "their times one by one, so waiting costs more than it saves), 5 on a GPU.")
-    long_batch_items: int | None = Field(None, ge=0, le=100_000, description="Most sentences in a batch that starts "
-                                         "from a request with more sentences queued than one batch holds (a file, a "
-                                         "catalog), so that a request sent meanwhile waits for a short batch, not a "
-                                         "full one; 0: no limit. Unset: 8 on the CPU (where a batch of 8 costs no "
-                                         "more a sentence than one of 32), no limit on a GPU.")
+    long_batch_items: int | None = Field(None, ge=0, le=100_000, description="Most sentences in a batch of a "
+                                         "request too long for one batch (a file, a catalog), whose sentences then "
+                                         "go in batches of their own only, so that a request sent meanwhile waits "
+                                         "for a short batch, not a full one; 0: no limit. Unset: 8 on the CPU (where "
+                                         "a batch of 8 costs no more a sentence than one of 32), none on a GPU.")
     max_items: int = Field(64, ge=1, description="Most texts in one request.")
     max_chars: int = Field(5000, ge=1, description="Most characters in one text (the model's token limit applies "
                            "too).")

@@ -416,9 +416,10 @@ def test_the_rest_of_a_short_request_split_by_the_budget_still_fills_the_next_ba
 
 @pytest.mark.parametrize("long_job_items", [3, 0])
 def test_a_request_too_long_for_one_batch_runs_in_short_batches_when_asked(long_job_items):
-    """With long_job_items, a batch that starts from a job of more items than one batch holds takes
-    at most that many, to the job's end (a request sent meanwhile waits for a short batch to end),
-    while a batch of short jobs still fills the budget; 0 leaves the long job's batches full."""
+    """With long_job_items, a job too long for one batch runs in batches of at most that many items,
+    to its end, and a single text sent meanwhile runs in a batch without them (it waits for a short
+    batch to end and runs in a short one); with 0 the long job's batches are full and its last
+    items, fewer than a batch holds, fill the single's batch."""
 
     async def main():
         fake = FakeTranslate()
@@ -427,21 +428,17 @@ def test_a_request_too_long_for_one_batch_runs_in_short_batches_when_asked(long_
         scheduler = Scheduler(fake, slots=1, batch_tokens=120, max_wait_s=0.0, long_job_items=long_job_items)
         scheduler.start()
         key = make_key("en-de", beam_size=4)
-        many = scheduler.submit(key, [sentence(i) for i in range(14)])
-        await asyncio.sleep(0.01)  # its first batch runs
-        singles = [scheduler.submit(key, [sentence(100 + i)]) for i in range(7)]
+        many = scheduler.submit(key, [sentence(i) for i in range(8)])
+        await asyncio.sleep(0.01)  # its first batch runs: what is left of it fits one batch
+        single = scheduler.submit(key, [sentence(100)])
         await asyncio.sleep(0.01)
         fake.gate.set()
-        for job in [many, *singles]:
-            await job.future
+        await many.future, await single.future
         await scheduler.stop(1)
         return [[s[0] for s in sources] for _, sources in fake.batches]
 
     batches = run(main())
-    # the singles go first while any of them waits (each has had no batch yet)
     if long_job_items:
-        assert batches == [[0, 1, 2], [100, 101, 102, 103, 104, 105], [106], [3, 4, 5], [6, 7, 8], [9, 10, 11],
-                           [12, 13]], batches
+        assert batches == [[0, 1, 2], [100], [3, 4, 5], [6, 7]], batches
     else:
-        assert batches == [[0, 1, 2, 3, 4, 5], [100, 101, 102, 103, 104, 105], [106], [6, 7, 8, 9, 10, 11],
-                           [12, 13]], batches
+        assert batches == [[0, 1, 2, 3, 4, 5], [6, 7, 100]], batches

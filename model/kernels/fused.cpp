@@ -7,8 +7,9 @@
 // dispatch costs that do not shrink with the batch: at a few decoder rows they are most of a
 // step. Here the embedding, the LayerNorms (ATen's, the PyTorch path's own), the int8 products
 // (the residual added and ReLU applied as a product is stored), attention (kernels.cpp's) and
-// the output projection run in one call; the encoder runs on the source's tokens alone, packed. The decoder step reads and writes the DecoderCache of model/transformer.py exactly
-// as the PyTorch step does, so the two can take turns on one cache.
+// the output projection run in one call; the encoder runs on the source's tokens alone, packed.
+// The decoder step reads and writes the DecoderCache of model/transformer.py exactly as the
+// PyTorch step does, so the two can take turns on one cache.
 //
 // Shapes: B sentences, S source length, N decoder rows, g rows per source, D model width, H heads,
 // Dh = D / H, t this step's position, L layers, V vocabulary.

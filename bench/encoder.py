@@ -122,9 +122,10 @@ def main() -> None:
         engine.encode = timed
     options = DecodingOptions(beam_size=4)
     with torch.inference_mode():
-        translator.decoder = engines["this tree"]
-        translator.decode(batches[0], options)  # warm-up
-        spent["this tree"] = [0.0, 0.0]
+        for engine in engines.values():  # warm-up
+            translator.decoder = engine
+            translator.decode(batches[0], options)
+        spent = {key: [0.0, 0.0] for key in engines}
         for i, batch in enumerate(batches):
             for key in (list(engines) if i % 2 else list(engines)[::-1]):
                 translator.decoder = engines[key]

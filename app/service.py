@@ -12,6 +12,7 @@ the client's disconnect, whichever comes first; both drop its queued items.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -143,6 +144,11 @@ class Service:
         self.metrics = Metrics()
         self.attention_in_flight = AttentionInFlight(settings.attention_in_flight_values,
                                                      settings.client_share_in_flight, settings.trust_forwarded_for)
+        # texts waiting for or in a worker, by client address: at most its share of the queue (hold_items;
+        # a share of 1: none, the queue's own limit)
+        self.items_held: dict[str, int] = {}
+        self.client_items = (max(1, int(settings.max_queue_items * settings.client_share_in_flight))
+                             if settings.client_share_in_flight < 1 else None)
         # several HTTP processes (`nmt serve`): the engine process, over its socket (else start() makes the Engine)
         self.remote = RemoteEngine(settings.engine_socket) if settings.engine_socket else None
         # Redis, shared with other replicas; else, with several HTTP processes, the engine process's
@@ -765,8 +771,47 @@ class Service:
         missing = [i for i, d in enumerate(decoded) if d is None]
         if not missing:
             return Outcome(decoded, 0.0, 0.0)
+        with self.hold_items(request, len(missing)):
+            found, queue_s, compute_s = await self._decode_job(request, key, [sources[i] for i in missing],
+                                                               [weights[i] for i in missing], timeout_s)
+        if cache_keys:
+            try:
+                await self.cache.put([cache_keys[i] for i in missing], found)
+            except StorageUnavailable as e:
+                log.warning("translation not cached: %s", e.detail)
+                self.metrics.storage_errors.labels("cache").inc()
+        for i, hyps in zip(missing, found):
+            decoded[i] = hyps
+        return Outcome(decoded, queue_s, compute_s)
+
+    @contextlib.contextmanager
+    def hold_items(self, request: Request, count: int):
+        """`count` texts of the request's client address waiting for or in a worker while the block
+        runs; a 429 where its other requests hold so many that together they would pass its share
+        of the queue (NMT_CLIENT_SHARE_IN_FLIGHT of NMT_MAX_QUEUE_ITEMS), so that one client cannot
+        fill the queue for the others (its one request alone is held to the queue's limit only).
+        Counted in this HTTP process."""
+        client = client_address(request.scope, self.settings.trust_forwarded_for)
+        held = self.items_held.get(client, 0)
+        if self.client_items is not None and held and held + count > self.client_items:
+            raise ApiError(429, f"too many texts in flight for this client ({client}): its other requests have "
+                           f"{held:,} waiting for or in a worker and this one {count:,}, of {self.client_items:,} one "
+                           "client may have (NMT_CLIENT_SHARE_IN_FLIGHT of NMT_MAX_QUEUE_ITEMS); retry once they "
+                           "are answered")
+        self.items_held[client] = held + count
         try:
-            job = self.engine.submit(key, [sources[i] for i in missing], [weights[i] for i in missing])
+            yield
+        finally:
+            self.items_held[client] -= count
+            if not self.items_held[client]:
+                del self.items_held[client]
+
+    async def _decode_job(self, request: Request, key: BatchKey, sources: list[list[int]], weights: list[bool],
+                          timeout_s: float | None) -> tuple[list, float, float]:
+        """`sources` decoded as one job of the engine, within `timeout_s`: their hypotheses, and the
+        job's time in the queue and in a worker."""
+        try:
+            job = self.engine.submit(key, sources, weights)
         except QueueFull as e:
             raise ApiError(429, f"too busy: {e}") from None
         except ShuttingDown as e:
@@ -794,14 +839,6 @@ class Service:
             raise ApiError(429, f"too busy: {e}") from None
         except (WorkerError, ShuttingDown) as e:
             raise ApiError(503, f"translation failed: {e}; retry") from None
-        if cache_keys:
-            try:
-                await self.cache.put([cache_keys[i] for i in missing], found)
-            except StorageUnavailable as e:
-                log.warning("translation not cached: %s", e.detail)
-                self.metrics.storage_errors.labels("cache").inc()
-        for i, hyps in zip(missing, found):
-            decoded[i] = hyps
         queue_s = job.started - job.arrived
         compute_s = job.finished - job.started
         m = self.metrics
@@ -809,4 +846,4 @@ class Service:
         m.compute.labels(key.model).observe(compute_s)
         m.items.labels(key.model).inc(len(found))
         m.generated_tokens.labels(key.model).inc(sum(len(h.token_ids) + h.ended_with_eos for hyps in found for h in hyps))
-        return Outcome(decoded, queue_s, compute_s)
+        return found, queue_s, compute_s

@@ -111,7 +111,8 @@ class Settings(BaseSettings):
                                       "and smaller ones past a quarter more (one request alone always goes "
                                       "through).")
     client_share_in_flight: float = Field(0.25, gt=0, le=1, description="The share of "
-                                          "NMT_BODY_BYTES_IN_FLIGHT and of NMT_ATTENTION_IN_FLIGHT_VALUES the "
+                                          "NMT_BODY_BYTES_IN_FLIGHT, of NMT_ATTENTION_IN_FLIGHT_VALUES and of "
+                                          "NMT_MAX_QUEUE_ITEMS (texts waiting for or in a worker) the "
                                           "requests of one client address may hold together; past it, 429 for that "
                                           "client while others still go through (a client's one request alone is "
                                           "held to the whole budget only; 1: no share).")

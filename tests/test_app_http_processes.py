@@ -189,8 +189,9 @@ def test_the_engine_refuses_past_its_queue_limit_with_429_and_sigterm_finishes_w
                                                                                           redis, tmp_path):
     from app.pipe import FAULT_SLOW
 
+    # one address sends all three: its share the whole queue
     url, process = start(tiny_sentinel_checkpoint, redis.url, tmp_path, NMT_FAULT_INJECTION="true",
-                         NMT_MAX_QUEUE_ITEMS="1", NMT_MAX_WAIT_MS="0")
+                         NMT_MAX_QUEUE_ITEMS="1", NMT_MAX_WAIT_MS="0", NMT_CLIENT_SHARE_IN_FLIGHT="1")
     tree = [process.pid] + [p for c in children(process.pid) for p in [c, *children(c)]]
     try:
         answers = {}

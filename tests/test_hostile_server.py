@@ -429,3 +429,50 @@ def test_one_client_address_holds_at_most_its_share_of_what_requests_in_flight_m
         assert large_answer.status_code == 200, large_answer.text
         assert attacker.count(b"200") == 1 and attacker.count(b"429") == 5, attacker
         assert attention_answer.status_code == 200, attention_answer.text[:300]
+
+
+@pytest.mark.parametrize("share", ["0.25", "1"])
+def test_one_client_address_cannot_fill_the_queue_for_the_others(tiny_sentinel_checkpoint, share):
+    """One address sending many requests at once keeps at most its share (NMT_CLIENT_SHARE_IN_FLIGHT)
+    of the queue's texts (NMT_MAX_QUEUE_ITEMS) waiting for or in a worker; past it 429 for that
+    address, while another address's request is queued and answered. With the share the whole
+    queue ("1"), the same requests fill the queue and the other address gets 429 "too busy". The
+    one worker is held by a slow text (NMT_FAULT_INJECTION) meanwhile, so nothing drains."""
+    import asyncio
+
+    from app.pipe import FAULT_SLOW
+
+    def client(address: str) -> httpx.AsyncClient:
+        return httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(local_address=address), timeout=60)
+
+    def texts(n: int, tag: int) -> dict:  # n texts of one sentence each: n queue items
+        return {"q": [f"Open file {tag} number {i}." for i in range(n)], "source": "en", "target": "de"}
+
+    async def main(url: str):
+        async with client("127.0.0.3") as slow, client("127.0.0.1") as attacker, client("127.0.0.2") as other:
+            stall = asyncio.create_task(slow.post(f"{url}/translate", json={"q": FAULT_SLOW, "source": "en",
+                                                                           "target": "de"}))
+            await asyncio.sleep(0.5)  # the worker is held
+            flood = [asyncio.create_task(attacker.post(f"{url}/translate", json=texts(16, k))) for k in range(8)]
+            await asyncio.sleep(0.5)  # all eight are in: queued, or refused
+            refused_at_once = [task.result() for task in flood if task.done()]
+            answer = await other.post(f"{url}/translate", json=texts(4, 99))
+            answers = await asyncio.gather(*flood)
+            await stall
+            return refused_at_once, answers, answer
+
+    with running_server({"NMT_MODEL_DIRS": str(tiny_sentinel_checkpoint), "NMT_WORKERS": "1",
+                         "NMT_THREADS_PER_WORKER": "1", "NMT_DETECT_LANGUAGES": "none", "NMT_CACHE": "false",
+                         "NMT_FAULT_INJECTION": "true", "NMT_MAX_QUEUE_ITEMS": "64",
+                         "NMT_CLIENT_SHARE_IN_FLIGHT": share}) as (url, process):
+        refused_at_once, answers, answer = asyncio.run(main(url))
+    statuses = sorted(a.status_code for a in answers)
+    print(f"\nshare {share}: the attacker's 8 requests of 16 texts {statuses}; another address's {answer.status_code}")
+    if share == "1":  # 64 texts: four requests fill the queue
+        assert statuses == [200] * 4 + [429] * 4, statuses
+        assert answer.status_code == 429 and "too busy" in answer.json()["error"], answer.text
+    else:  # 16 texts: one request
+        assert statuses == [200] + [429] * 7, statuses
+        assert all("for this client (127.0.0.1)" in a.json()["error"] for a in refused_at_once), refused_at_once
+        assert len(refused_at_once) == 7
+        assert answer.status_code == 200, answer.text

@@ -289,18 +289,15 @@ class Scheduler:
         # a batch that starts a job is not filled with the items of another job too long for one batch
         # (the batch of a text sent while a long job runs would take as long as one of that job's)
         others = [i for i in range(len(queue)) if i != first]
-        queued = Counter(id(item.job) for item in queue)
-        fits = max(1, budget // anchor.length)
         if not self._rank(anchor.job, now)[0]:
+            queued = Counter(id(item.job) for item in queue)
+            fits = max(1, budget // anchor.length)
             others = [i for i in others if queue[i].job is anchor.job or queued[id(queue[i].job)] < fits]
         if self.long_job_items:  # a job too long for one batch runs in short batches of its own, to its end
-            def long(job: Job) -> bool:
-                return job.tokens * key.options.beam_size > self.batch_tokens
-
-            if long(anchor.job):
+            if anchor.job.tokens > budget:
                 share = min(share, self.long_job_items)
             else:
-                others = [i for i in others if not long(queue[i].job)]
+                others = [i for i in others if queue[i].job.tokens <= budget]
         others.sort(key=lambda i: abs(queue[i].length - anchor.length))
         chosen, longest = [first], anchor.length
         for i in others:

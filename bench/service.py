@@ -403,7 +403,8 @@ def main() -> None:
     print(f"in the server, per request: mean queue wait {run['queue_wait_ms']:.0f} ms (arrival to its batch's start), "
           f"mean compute {run['compute_ms']:.0f} ms (to its last result)")
     print("CPU cores used meanwhile: " + ", ".join(f"{k} {v / run['elapsed']:.2f}" for k, v in run["cpu"].items())
-          + f" (of {os.cpu_count()})")
+          + f" (of {os.cpu_count()}); CPU ms a request: "
+          + ", ".join(f"{k} {1000 * v / max(done, 1):.2f}" for k, v in run["cpu"].items()))
     print("| run | sentences/s | source tokens/s | p50 ms | p95 ms | p99 ms |")
     print("|---|---:|---:|---:|---:|---:|")
     fmt = lambda v, d=1: "" if v is None else f"{v:.{d}f}"  # noqa: E731

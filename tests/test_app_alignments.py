@@ -7,7 +7,7 @@ import asyncio
 import numpy as np
 from numpy.testing import assert_allclose
 
-from app.alignments import Alignment, AlignmentStore, hard_alignment, select, to_words, words
+from app.alignments import Alignment, AlignmentStore, hard_alignment, select, to_float16, to_words, words
 from app.storage import MemoryStorage
 
 
@@ -41,6 +41,28 @@ def test_alignment_round_trips_as_float16():
     assert back.attention.dtype == np.float32 and back.attention.shape == stored.attention.shape
     assert_allclose(back.attention, stored.attention, atol=5e-4)
     assert len(stored.to_bytes()) < stored.attention.nbytes // 2 + 200  # half of float32, and a header
+
+
+def test_float16_rounding_is_numpys_cast_bit_for_bit():
+    """Every float16 value, the halfway points between neighbours (ties go to the even one) and the
+    float32 values on either side of each, with both signs; then every 9973rd float32 bit pattern."""
+    every_half = np.arange(1 << 15, dtype=np.uint16).view(np.float16).astype(np.float64)
+    finite = every_half[np.isfinite(every_half)]
+    halfway = ((finite[:-1] + finite[1:]) / 2).astype(np.float32)  # exact: 12 significant bits
+    halfway = np.concatenate([halfway, np.float32(65520)[None]])  # past float16's largest: infinity
+    near = np.concatenate([finite.astype(np.float32), halfway, np.nextafter(halfway, np.float32(0)),
+                           np.nextafter(halfway, np.float32(np.inf)), np.float32([1e-30, 1e-45, 1e30, np.inf])])
+    spread = np.arange(0, 1 << 32, 9973, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    values = np.concatenate([near, -near, spread])
+    with np.errstate(all="ignore"):
+        expected = values.astype(np.float16)
+    nan = np.isnan(values)
+    assert (to_float16(values)[~nan].view(np.uint16) == expected[~nan].view(np.uint16)).all()
+    assert np.isnan(to_float16(values)[nan]).all() and nan.sum() > 1000
+    logits = np.random.default_rng(0).normal(0, 4, (2, 8, 30, 30)).astype(np.float32)
+    softmax = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)  # as attention: many values below 2^-14
+    assert (softmax < 2**-14).mean() > 0.2
+    assert (to_float16(softmax).view(np.uint16) == softmax.astype(np.float16).view(np.uint16)).all()
 
 
 def test_store_evicts_least_recently_used_beyond_count():

@@ -10,7 +10,7 @@ when the hypotheses come back. Where the engine lives is the operator's choice (
   every HTTP process, while their HTTP and text work (~1 ms of CPU a request) spreads over as many
   cores. Both ends are ours: frames are pickles, as on the worker pipes (app/pipe.py).
 
-Over the socket the HTTP process sends ("submit", number, key, sources, weights) and ("cancel",
+Over the socket the HTTP process sends ("submit", number, key, sources, weights, client) and ("cancel",
 number); the engine answers ("done", number, results, started, finished) or ("failed", number,
 error class, message), and sends ("status", EngineStatus) when it connects and whenever its status
 changes. The engine process also holds the language detector (app/language.py), one copy for
@@ -145,9 +145,9 @@ class Engine:
         await self.scheduler.stop(self.settings.shutdown_timeout_s)
         await self.pool.stop()
 
-    def submit(self, key: BatchKey, sources: list[list[int]], weights: list[bool]) -> Job:
-        """Queue a job (app/scheduler.py); raises QueueFull or ShuttingDown."""
-        return self.scheduler.submit(key, sources, weights)
+    def submit(self, key: BatchKey, sources: list[list[int]], weights: list[bool], client: str = "") -> Job:
+        """Queue a job of `client`'s (app/scheduler.py); raises QueueFull or ShuttingDown."""
+        return self.scheduler.submit(key, sources, weights, client)
 
     def cancel(self, job: Job) -> None:
         self.scheduler.cancel(job)
@@ -207,9 +207,9 @@ class _Client:
             self.asked.add(task)
             task.add_done_callback(self.asked.discard)
             return
-        _, number, key, sources, weights = message
+        _, number, key, sources, weights, client = message
         try:
-            job = self.engine.submit(key, sources, weights)
+            job = self.engine.submit(key, sources, weights, client)
         except (QueueFull, ShuttingDown) as e:
             self.send(("failed", number, type(e).__name__, str(e)))
             return
@@ -448,12 +448,12 @@ class RemoteEngine:
         else:
             job.fail(ERRORS[message[2]](message[3]))
 
-    def submit(self, key: BatchKey, sources: list[list[int]], weights: list[bool]) -> Job:
+    def submit(self, key: BatchKey, sources: list[list[int]], weights: list[bool], client: str = "") -> Job:
         if self._writer is None or not self._connected.is_set():
             raise WorkerError(self._status.reason or "the engine process is not connected")
         job = _RemoteJob(next(self._numbers), key, sources, weights)
         self._jobs[job.number] = job
-        self._writer.write(_frame(("submit", job.number, key, sources, weights)))
+        self._writer.write(_frame(("submit", job.number, key, sources, weights, client)))
         return job
 
     async def detect(self, texts: list[str]) -> list[list[tuple[str, float]]]:

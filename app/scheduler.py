@@ -4,17 +4,19 @@ A request becomes a Job of items (one per text). Items wait in one FIFO per Batc
 and every decoding option, because only items decoded the same way can share a beam search).
 When a worker slot is free, a key that holds a full token budget, or whose oldest item has
 waited long enough (on an idle server not at all, while a batch runs max_wait), starts a batch.
-A batch starts from the oldest item of the job that has had the fewest items in batches so far
-(of all ready keys), and takes the items closest to it in length (where it starts a job, none
-of another job too long for one batch), up to the budget and, where the queue is short, to its
-share of it (`share_among` workers: with two, a batch takes at most half of a queue of up to 8
-items). With one text a request that is the oldest
-item; a request of many texts (a file's sentences, a catalog) has its first batch at once and
-then goes on filling batches, but a request that comes after it starts the next batch instead of
-waiting for all of it; where asked (long_job_items), its batches are short, so that such a request
-waits for a short batch to end. So one job's items may run in several batches, even on several workers at
-once, and each result is put back at its item's index: a job resolves with its own results, in
-order.
+A batch starts from the oldest item of the job whose client has the fewest items in batches in
+flight (counting the batch that just ended), and among those of the job that has had the fewest
+items in batches so far (of all ready keys), and takes the items closest to it in length (where it
+starts a job, none of another job too long for one batch), up to the budget and, where the queue
+is short, to its share of it (`share_among` workers: with two, a batch takes at most half of a
+queue of up to 8 items). With one text a request from one client that is the oldest item. A
+client that sends many requests at once does not hold back another client's request behind all
+of them: that one starts the next batch. A request of many texts (a file's sentences, a catalog)
+has its first batch at once and then goes on filling batches, but a request that comes after it
+starts the next batch instead of waiting for all of it; where asked (long_job_items), its batches
+are short, so that such a request waits for a short batch to end. So one job's items may run in
+several batches, even on several workers at once, and each result is put back at its item's
+index: a job resolves with its own results, in order.
 A batch that fails is retried request by request, so one bad input fails only its own request.
 
 The scheduler knows nothing of models or processes: it awaits `run_batch(key, sources, weights,
@@ -65,8 +67,8 @@ class ShuttingDown(Exception):
 class Job:
     """One request's items; `future` resolves to their results in order, or to the batch's error."""
 
-    def __init__(self, key: BatchKey, sources: list[list[int]], weights: list[bool] | None = None):
-        self.key, self.sources = key, sources
+    def __init__(self, key: BatchKey, sources: list[list[int]], weights: list[bool] | None = None, client: str = ""):
+        self.key, self.sources, self.client = key, sources, client  # client: who sent it (an address)
         self.tokens = sum(map(len, sources))  # source tokens, all items
         self.weights = weights or [False] * len(sources)  # whose attention weights the text pipeline reads
         self.results: list[Any] = [None] * len(sources)
@@ -133,15 +135,18 @@ class Scheduler:
         self._closing = False
         self._task: asyncio.Task | None = None
         self._running: dict[asyncio.Task, list[_Item]] = {}  # batches in flight
+        self.client_in_flight: Counter[str] = Counter()  # items in batches in flight, by client
 
-    def submit(self, key: BatchKey, sources: list[list[int]], weights: list[bool] | None = None) -> Job:
+    def submit(self, key: BatchKey, sources: list[list[int]], weights: list[bool] | None = None,
+               client: str = "") -> Job:
         """Queue a request's sources (token ids); `weights`: per source, whether its hypotheses
-        must come with their attention weights (model/pipeline.py: a repair or a placement)."""
+        must come with their attention weights (model/pipeline.py: a repair or a placement);
+        `client`: who sent it (the batches start from the client with the fewest items in flight)."""
         if self._closing:
             raise ShuttingDown("the server is shutting down")
         if self.queued + len(sources) > self.max_queue_items:
             raise QueueFull(f"{self.queued} items are waiting (limit {self.max_queue_items}); retry later")
-        job = Job(key, sources, weights)
+        job = Job(key, sources, weights, client)
         queue = self.queues.setdefault(key, deque())
         for i, s in enumerate(sources):
             item = _Item(job, i, len(s) * key.options.beam_size)
@@ -251,11 +256,15 @@ class Scheduler:
                     best, best_rank = (key, first), rank
         return best
 
+    def _rank(self, job: Job, now: float) -> tuple[int, int, float]:
+        """Which job a batch starts from: one of the client with the fewest items in batches in
+        flight; then the one with the fewest items in batches so far (_progress); then the oldest."""
+        return self.client_in_flight[job.client], self._progress(job, now), job.arrived
+
     @staticmethod
-    def _rank(job: Job, now: float) -> tuple[int, float]:
-        """Which job a batch starts from: the one with the fewest items in batches so far (a job
-        none of whose items went in for PATIENCE_S counts as none), then the oldest."""
-        return (0 if now - job.last_taken >= PATIENCE_S else job.dispatched), job.arrived
+    def _progress(job: Job, now: float) -> int:
+        """A job's items in batches so far; none for a job none of whose items went in for PATIENCE_S."""
+        return 0 if now - job.last_taken >= PATIENCE_S else job.dispatched
 
     def _first(self, queue: deque[_Item], now: float) -> int:
         """The index of the item a batch of this queue starts from: the first item of the job that
@@ -268,12 +277,14 @@ class Scheduler:
             rank = self._rank(item.job, now)
             if best_rank is None or rank < best_rank:
                 best, best_rank = i, rank
-                if not rank[0]:
-                    break  # the oldest job not yet started (or waiting PATIENCE_S): nothing ranks before it
+                if not rank[0] and not rank[1]:
+                    break  # the oldest job not yet started (or waiting PATIENCE_S) of a client with nothing in
+                    # flight: nothing ranks before it
         return best
 
     def _take(self, key: BatchKey, first: int, share: int, now: float) -> list[_Item]:
-        """The item at `first` (_first: the oldest of the job least served so far), then the items
+        """The item at `first` (_first: the oldest of the job least served so far, of a client with
+        the fewest items in flight), then the items
         closest to it in length (earlier first among equals; where that job has had no batch yet,
         none of another job with more items queued than one batch holds), while items x longest
         source x beams fits the budget, up to `share` items.
@@ -289,7 +300,7 @@ class Scheduler:
         # a batch that starts a job is not filled with the items of another job too long for one batch
         # (the batch of a text sent while a long job runs would take as long as one of that job's)
         others = [i for i in range(len(queue)) if i != first]
-        if not self._rank(anchor.job, now)[0]:
+        if not self._progress(anchor.job, now):
             queued = Counter(id(item.job) for item in queue)
             fits = max(1, budget // anchor.length)
             others = [i for i in others if queue[i].job is anchor.job or queued[id(queue[i].job)] < fits]
@@ -315,6 +326,7 @@ class Scheduler:
         for item in batch:
             item.job.dispatched += 1
             item.job.last_taken = now
+            self.client_in_flight[item.job.client] += 1
         kept = deque(item for i, item in enumerate(queue) if i not in taken)
         self.queued -= len(batch)
         if kept:
@@ -342,9 +354,15 @@ class Scheduler:
         finally:
             self.in_flight -= 1
             # the next batch goes now, before this one's results wake their requests (finishing and
-            # answering them holds the event loop, ~0.5 ms a request, which the worker would spend idle)
+            # answering them holds the event loop, ~0.5 ms a request, which the worker would spend idle),
+            # and before this one's clients stop counting as in flight: they were served last, so
+            # with one worker, too, another client's request starts the next batch
             self._dispatch(time.monotonic())
             self._wake.set()
+            for item in batch:
+                self.client_in_flight[item.job.client] -= 1
+                if not self.client_in_flight[item.job.client]:
+                    del self.client_in_flight[item.job.client]
         self._deliver(batch, results)
 
     @staticmethod

@@ -811,7 +811,7 @@ class Service:
         """`sources` decoded as one job of the engine, within `timeout_s`: their hypotheses, and the
         job's time in the queue and in a worker."""
         try:
-            job = self.engine.submit(key, sources, weights)
+            job = self.engine.submit(key, sources, weights, self.client_address(request))
         except QueueFull as e:
             raise ApiError(429, f"too busy: {e}") from None
         except ShuttingDown as e:

@@ -442,3 +442,30 @@ def test_a_request_too_long_for_one_batch_runs_in_short_batches_when_asked(long_
         assert batches == [[0, 1, 2], [100], [3, 4, 5], [6, 7]], batches
     else:
         assert batches == [[0, 1, 2, 3, 4, 5], [6, 7, 100]], batches
+
+
+@pytest.mark.parametrize("clients", ["two", "one"])
+def test_a_client_with_many_requests_does_not_hold_back_another_clients_request(clients):
+    """Client a sends six single texts at once, client b one after them: b's starts the batch
+    after a's first (a's items were in it), where with one client (or none told) it waits behind
+    all six, each request as new as the others."""
+
+    async def main():
+        fake, scheduler = one_gated_slot()
+        key = make_key("en-de", beam_size=4)
+        many = [scheduler.submit(key, [sentence(i)], client="a") for i in range(6)]
+        await asyncio.sleep(0.01)  # a's first batch runs
+        single = scheduler.submit(key, [sentence(100)], client="b" if clients == "two" else "a")
+        await asyncio.sleep(0.01)
+        fake.gate.set()
+        results = [await job.future for job in [*many, single]]
+        await scheduler.stop(1)
+        assert not scheduler.client_in_flight
+        return [[s[0] for s in sources] for _, sources in fake.batches], results
+
+    batches, results = run(main())
+    assert [r[0][1] for r in results] == [sentence(i) for i in range(6)] + [sentence(100)]
+    if clients == "two":
+        assert batches == [[0, 1], [2, 100], [3, 4], [5]], batches
+    else:
+        assert batches == [[0, 1], [2, 3], [4, 5], [100]], batches

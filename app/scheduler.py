@@ -284,10 +284,10 @@ class Scheduler:
 
     def _take(self, key: BatchKey, first: int, share: int, now: float) -> list[_Item]:
         """The item at `first` (_first: the oldest of the job least served so far, of a client with
-        the fewest items in flight), then the items
-        closest to it in length (earlier first among equals; where that job has had no batch yet,
-        none of another job with more items queued than one batch holds), while items x longest
-        source x beams fits the budget, up to `share` items.
+        the fewest items in flight), then the items closest to it in length (earlier first among
+        equals; where that job has had no batch yet, none of another job with more items queued
+        than one batch holds), while items x longest source x beams fits the budget, up to `share`
+        items.
 
         Every batch takes the first item of a job not yet started, or else of the job least far
         along (or waiting PATIENCE_S), so nothing starves, and a long job does not hold back the

@@ -791,7 +791,7 @@ class Service:
         of the queue (NMT_CLIENT_SHARE_IN_FLIGHT of NMT_MAX_QUEUE_ITEMS), so that one client cannot
         fill the queue for the others (its one request alone is held to the queue's limit only).
         Counted in this HTTP process."""
-        client = client_address(request.scope, self.settings.trust_forwarded_for)
+        client = self.client_address(request)
         held = self.items_held.get(client, 0)
         if self.client_items is not None and held and held + count > self.client_items:
             raise ApiError(429, f"too many texts in flight for this client ({client}): its other requests have "

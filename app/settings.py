@@ -47,8 +47,8 @@ class Settings(BaseSettings):
                             "directory has one (shortlist.safetensors, `nmt shortlist`): the logits of the target "
                             "pieces likely for each batch's sources only. The shipped models have one (~1.2x the "
                             "sentences/s; chrF within 0.1 on their test sets).")
-    workers: int = Field(0, ge=0, le=64, description="Model worker processes. 0: one per GPU on CUDA; on CPU, "
-                         "cores // threads_per_worker.")
+    workers: int = Field(0, ge=0, le=64, description="Model worker processes. 0: one per GPU on CUDA (more are dealt "
+                         "round the GPUs); on CPU, cores // threads_per_worker.")
     threads_per_worker: int = Field(0, ge=0, le=256, description="torch intra-op threads in each CPU worker. "
                                     "0: 1 when the machine has at most 4 cores, else 4.")
     batch_tokens: int = Field(0, ge=0, description="Token budget of one batch: items x padded source length "
@@ -278,8 +278,10 @@ class Settings(BaseSettings):
     def worker_layout(self, cuda_devices: int) -> tuple[str, list[str], int]:
         """(device kind, one device string per worker, threads per worker).
 
-        On CUDA one worker owns each GPU: a second process on the same GPU would only contend
-        for it. On CPU the split between processes and threads is the operator's choice.
+        On CUDA one worker per GPU unless NMT_WORKERS asks for more, dealt round the GPUs: two on
+        one GPU run their batches side by side, one's kernels in the gaps the other's host leaves
+        (scripts/gpu-check.sh measures it). On CPU the split between processes and threads is the
+        operator's choice.
         """
         kind = self.device_kind(cuda_devices)
         if kind == "cuda":

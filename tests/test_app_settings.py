@@ -47,6 +47,8 @@ def test_worker_layout(monkeypatch):
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     assert Settings(device="auto").worker_layout(0) == ("cpu", ["cpu", "cpu"], 1)
     assert Settings(device="auto").worker_layout(2) == ("cuda", ["cuda:0", "cuda:1"], 1)  # one worker per GPU
+    assert Settings(device="auto", workers=3).worker_layout(2) == ("cuda", ["cuda:0", "cuda:1", "cuda:0"], 1)
+    assert Settings(device="cuda", workers=2).worker_layout(1) == ("cuda", ["cuda:0", "cuda:0"], 1)
     with pytest.raises(ValueError, match="no CUDA device"):
         Settings(device="cuda").worker_layout(0)
     with pytest.raises(ValueError, match="CPU only"):

@@ -18,6 +18,7 @@ L decoder layers, H heads, S padded source length, T target positions.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -427,24 +428,34 @@ def hypothesis_at(host, b, step: int, cand: int, score: float, eos_id: int, firs
 def attention_along(steps: list[StepRecord], paths) -> list[Tensor]:
     """Each hypothesis's encoder-decoder attention along its own beams, float32 on the host:
     (L, H, T, its source length). paths: (hypothesis, its beams newest first, source length).
-    One gather per step of the rows some hypothesis passes through, and one copy to the host
-    (on a GPU, a slice per hypothesis and step would cost a launch each)."""
-    at: list[dict[tuple[int, int], int]] = [{} for _ in steps]  # per step: (sentence place, beam) -> gathered row
-    for _, beams, _ in paths:
-        for s, i, r in beams:
-            at[s].setdefault((i, r), len(at[s]))
-    offsets, parts = [], []
-    total = 0
-    for s, rows in enumerate(at):
-        offsets.append(total)
+
+    Per step one gather of the rows the hypotheses pass through (step s's beam r of its i-th
+    sentence is its row i k + r), then one gather that puts them in each hypothesis's order, the
+    row numbers sent to the device at once, one copy to the host: on a GPU about a launch a step,
+    and no more rows than the hypotheses hold."""
+    if not paths:
+        return []
+    k = steps[0].attention.size(1)
+    wanted: list[list[int]] = [[] for _ in steps]  # per step, the rows asked for, in the order asked
+    asked = []  # each hypothesis's rows, its first step first: (step, place in wanted[step])
+    for _, newest_first, _ in paths:
+        for s, i, r in reversed(newest_first):
+            rows = wanted[s]
+            asked.append((s, len(rows)))
+            rows.append(i * k + r)
+    starts, total = [], 0  # where each step's rows start among all of them
+    for rows in wanted:
+        starts.append(total)
         total += len(rows)
-        if rows:
-            device = steps[s].attention.device
-            i, r = (torch.tensor(column, device=device) for column in zip(*rows))
-            parts.append(steps[s].attention[i, r])  # (rows, L, H, S)
-    gathered = torch.cat(parts).float().cpu()  # (total, L, H, S)
-    out = []
-    for _, beams, source_len in paths:
-        index = torch.tensor([offsets[s] + at[s][(i, r)] for s, i, r in reversed(beams)])
-        out.append(gathered[index, :, :, :source_len].permute(1, 2, 0, 3).contiguous())  # (L, H, T, source_len)
+    # (an array, where torch.tensor would take ~1 ms over a list of a few thousand ints)
+    index = array("q", [row for rows in wanted for row in rows] + [starts[s] + p for s, p in asked])
+    index = torch.frombuffer(index, dtype=torch.int64).to(steps[0].attention.device, non_blocking=True)
+    parts = [step.attention.reshape(-1, *step.attention.shape[2:]).index_select(0, index[start:start + len(rows)])
+             for step, start, rows in zip(steps, starts, wanted) if rows]  # (its rows, L, H, S)
+    gathered = torch.cat(parts).index_select(0, index[total:]).float().cpu()  # (sum of T, L, H, S)
+    out, start = [], 0
+    for _, newest_first, source_len in paths:
+        T = len(newest_first)
+        out.append(gathered[start:start + T, :, :, :source_len].permute(1, 2, 0, 3).contiguous())  # (L, H, T, source_len)
+        start += T
     return out

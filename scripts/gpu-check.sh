@@ -88,8 +88,9 @@ service service-64-p4 64 1 --http-processes 4
 service service-256-p4 256 1 --http-processes 4 --no-offline
 SERVICE_ENV=NMT_CLIENT_ALIGNMENT_BYTES=0 service service-64-alignments-p4 64 1 --alignments --http-processes 4 --no-offline
 # two workers on the one GPU (NMT_WORKERS=2): at 64 clients one worker alternates two batches of
-# 32, each bound by its steps' launches and host syncs, the GPU idle in between; a second process
-# runs its batch in those gaps
+# 32, each step a graph replay and a host sync, the GPU idle while the host works; the GPU
+# time-slices between processes (their kernels never overlap), so a second process gains only
+# what its kernels find of those idle gaps
 service service-64-p4-w2 64 2 --http-processes 4 --no-offline
 service service-256-p4-w2 256 2 --http-processes 4 --no-offline
 SERVICE_ENV=NMT_CLIENT_ALIGNMENT_BYTES=0 service service-64-alignments-p4-w2 64 2 --alignments --http-processes 4 \

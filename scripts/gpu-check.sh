@@ -8,10 +8,10 @@
 #    Hugging Face generate (and CTranslate2 when its wheel sees the GPU), beam 4 x batch 1/32/128;
 #    the shipped en-de's milliseconds per decoder step at batch 1; a training throughput figure (bench/gpu.py)
 # 3. the service on the GPU under load (bench/service.py), 15 s each, one worker unless said, in
-#    order of what the targets need, so that a run cut short keeps the first: as it ships (four HTTP processes in
-#    front of the one engine, NMT_HTTP_PROCESSES=4: one process's ~1 ms of CPU a request capped
-#    the last lease's service) at 64 keep-alive clients with the offline Translator on the same
-#    sentences, at 256, and at 64 with every request asking for alignments; the same three with
+#    order of what the targets need, so that a run cut short keeps the first: as it ships (four
+#    HTTP processes in front of the one engine, NMT_HTTP_PROCESSES=4: one process's ~1 ms of CPU a
+#    request capped the last lease's service) at 64 keep-alive clients with the offline Translator
+#    on the same sentences, at 256, and at 64 with every request asking for alignments; the same three with
 #    two workers on the one GPU (NMT_WORKERS=2); then the running batch without the service against
 #    the Translator on the same sentences, where its time goes, and its profile (bench/running.py);
 #    then running batches in the service (NMT_RUNNING_BATCH=true, joining in groups of 8 or after 2

@@ -1,7 +1,8 @@
 """The GPU table: our engine in float16 and bfloat16 against Hugging Face `generate` (and
 CTranslate2 where its wheel runs on the GPU) on the same random OPUS-MT-base-shaped weights, beam
-4 x batch 1/32/128; and a training throughput figure (forward + backward + Adam, bf16 autocast)
-of the shipped model's shape.
+4 x batch 1/32/128 (ours also without CUDA graphs, and pipelined, in float16); the shipped model's
+milliseconds per decoder step at batch 1; and a training throughput figure (forward + backward +
+Adam, bf16 autocast) of the shipped model's shape.
 
     python bench/gpu.py --out DIR            # on a CUDA machine: DIR/engine.md, DIR/train.md, DIR/gpu.json
     python bench/gpu.py --out DIR --profile 128   # and DIR/profile.txt: the operators of one beam search
@@ -44,11 +45,15 @@ def synchronize(device: str) -> None:
 
 class Ours:
     """Our Translator; on a GPU each decoder step a CUDA graph (model/graphs.py), or with
-    graphs=False ("ours-eager") the Transformer's own step, kernel by kernel."""
+    graphs=False ("ours-eager") the Transformer's own step, kernel by kernel; pipelined
+    ("ours-pipelined"): the graphs, the host reading each step's flags while the next step runs
+    (GraphedBeamSearch.pipelined)."""
 
-    def __init__(self, ckpt: Path, device: str, compute: str, graphs: bool = True):
-        self.name = "ours" if graphs else "ours-eager"
+    def __init__(self, ckpt: Path, device: str, compute: str, graphs: bool = True, pipelined: bool = False):
+        self.name = "ours-pipelined" if pipelined else "ours" if graphs else "ours-eager"
         self.t = Translator.load(ckpt, device=device, dtype=compute, max_length_b=10_000, cuda_graphs=graphs)
+        if self.t.graphed_search is not None:
+            self.t.graphed_search.pipelined = pipelined
 
     def run(self, sources, beam: int, tgt_len: int):
         res = self.t.translate(sources, beam_size=beam, max_length=tgt_len, min_length=tgt_len,
@@ -112,6 +117,8 @@ def engine_table(args, device: str) -> list[dict]:
         engines = [Ours(paths["ours"], device, compute), HF(paths["hf"], device, TORCH_DTYPES[compute])]
         if compute in args.eager_dtypes.split(","):
             engines.insert(1, Ours(paths["ours"], device, compute, graphs=False))
+        if compute in args.pipelined_dtypes.split(","):
+            engines.insert(1, Ours(paths["ours"], device, compute, pipelined=True))
         if why_not_ct2 is None:
             engines.append(CT2(paths["ct2"], device, compute, id_to_token))
         for batch in [int(b) for b in args.batches.split(",")]:
@@ -149,11 +156,14 @@ def profile_ours(args, device: str) -> str:
 def step_times(device: str, steps: int = 64, repeat: int = 5) -> list[dict]:
     """Milliseconds per decoder step of the shipped en-de model (its default dtype on the device)
     at batch 1, beam 4: (time of `steps` forced steps - time of 2) / (steps - 2), median of
-    `repeat`; with CUDA graphs and without."""
+    `repeat`; with CUDA graphs (the host waiting for each step, and pipelined) and without."""
     rows = []
     sentence = ["Open the file and save your changes before you close the window."]
-    for graphs in (True, False) if device.startswith("cuda") else (False,):
+    variants = [(True, False), (True, True), (False, False)] if device.startswith("cuda") else [(False, False)]
+    for graphs, pipelined in variants:
         t = Translator.load(ROOT / "checkpoints" / "en-de", device=device, cuda_graphs=graphs)
+        if t.graphed_search is not None:
+            t.graphed_search.pipelined = pipelined
 
         def run(n, t=t):
             t.translate(sentence, beam_size=4, max_length=n, min_length=n)
@@ -170,8 +180,10 @@ def step_times(device: str, steps: int = 64, repeat: int = 5) -> list[dict]:
                 seconds[n] = time.perf_counter() - start
             per_step.append((seconds[steps] - seconds[2]) / (steps - 2))
         rows.append({"model": "en-de (shipped)", "dtype": t.dtype, "cuda_graphs": graphs and device.startswith("cuda"),
-                     "batch": 1, "beam": 4, "ms_per_step": round(1000 * statistics.median(per_step), 3)})
-        print(f"en-de step, graphs={graphs}: {rows[-1]['ms_per_step']} ms", file=sys.stderr, flush=True)
+                     "pipelined": pipelined, "batch": 1, "beam": 4,
+                     "ms_per_step": round(1000 * statistics.median(per_step), 3)})
+        print(f"en-de step, graphs={graphs}, pipelined={pipelined}: {rows[-1]['ms_per_step']} ms", file=sys.stderr,
+              flush=True)
     return rows
 
 
@@ -220,8 +232,9 @@ def markdown(rows: list[dict], train: dict, device_name: str, steps: list[dict])
         ratio = f"{r['tokens_per_s'] / base:.2f}" if base else "-"
         lines.append(f"| {r['engine']} | {r['compute']} | {r['beam']} | {r['batch']} | {r['tokens_per_s']:,.0f} | {ratio} |")
     lines += ["", "| model | dtype | CUDA graphs | batch | beam | ms per decoder step |", "|---|---|---|---:|---:|---:|"]
-    lines += [f"| {r['model']} | {r['dtype']} | {'yes' if r['cuda_graphs'] else 'no'} | {r['batch']} | {r['beam']} | "
-              f"{r['ms_per_step']} |" for r in steps]
+    graphs = {(True, False): "yes", (True, True): "yes, pipelined", (False, False): "no"}
+    lines += [f"| {r['model']} | {r['dtype']} | {graphs[r['cuda_graphs'], r.get('pipelined', False)]} | {r['batch']} | "
+              f"{r['beam']} | {r['ms_per_step']} |" for r in steps]
     training = [f"Device: {device_name}", "", "| model | batch | steps | tokens/s (source + target) | target tokens/s |",
                 "|---|---|---:|---:|---:|",
                 f"| {train['shape']} | {train['batch']} | {train['steps']} | {train['tokens_per_s']:,} | "
@@ -239,6 +252,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--dtypes", default="float16,bfloat16")
     ap.add_argument("--eager-dtypes", default="float16",
                     help="dtypes that also get a row of ours without CUDA graphs (ours-eager)")
+    ap.add_argument("--pipelined-dtypes", default="float16",
+                    help="dtypes that also get a row of ours with pipelined steps (ours-pipelined)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--src-len", type=int, default=25, help="source tokens, EOS included")
     ap.add_argument("--tgt-len", type=int, default=30, help="forced target tokens")
@@ -251,6 +266,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.check:
         device = "cpu"
         args.shape, args.batches, args.dtypes, args.repeat, args.tgt_len = "small", "1,2", "float32", 1, 4
+        args.pipelined_dtypes = "float32"  # (the same as ours on a CPU: its constructor runs)
         args.train_batch, args.train_steps = 4, 2
     elif not torch.cuda.is_available():
         sys.exit("no CUDA device: run with --check to test this script on the CPU")

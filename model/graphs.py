@@ -43,6 +43,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -167,6 +168,9 @@ class SearchBuffers:
         self.join_graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.eager_joins = False  # a join's capture failed: joins run eagerly
         self.join_pool = None  # the join graphs' one memory pool (record_join)
+        # a pipelined search's copies of the flags on their way to the host (flags_later), by step parity
+        self.flags_host = [torch.zeros(2, dtype=torch.bool, pin_memory=device.type == "cuda") for _ in range(2)]
+        self.flags_copied = [torch.cuda.Event() for _ in range(2)] if device.type == "cuda" else []
 
     @property
     def rows(self) -> int:
@@ -288,6 +292,19 @@ class SearchBuffers:
         self.join_pool = self.join_pool or graph.pool()
         return graph
 
+    def flags_later(self, step: int) -> Callable[[], list[bool]]:
+        """The flags after this step, read when the returned function is called: on a GPU the copy
+        to the host is queued behind the step and waited for only then, so that the next step can
+        be queued meanwhile; elsewhere read now."""
+        host = self.flags_host[step % 2]
+        if not self.flags_copied:
+            host.copy_(self.flags)
+            return host.tolist
+        copied = self.flags_copied[step % 2]
+        host.copy_(self.flags, non_blocking=True)
+        copied.record()
+        return lambda: (copied.synchronize(), host.tolist())[1]
+
     def reorder(self, length: int) -> None:
         """Each row's first `length` keys/values become those of the beam it continues (`parents`)."""
         rows = (self.first_row + self.parents).view(-1)  # (Nb,)
@@ -370,6 +387,10 @@ class GraphedBeamSearch:
         # back when it ends, so concurrent searches never share buffers
         self._free: OrderedDict[Bucket, list[SearchBuffers]] = OrderedDict()
         self._lock = threading.Lock()
+        # pipelined: the host reads a step's flags while the next step runs (one step may run after
+        # the search ended), instead of waiting for each step before queueing the next; off by default
+        # until a GPU run measures it (bench/gpu.py's "ours-pipelined")
+        self.pipelined = False
         self.keep_bytes = _KEEP_BYTES
         if self.device.type == "cuda":
             self.keep_bytes = min(_KEEP_BYTES, torch.cuda.get_device_properties(self.device).total_memory // 16)
@@ -396,10 +417,20 @@ class GraphedBeamSearch:
         try:
             buf.prepare(self.model, keys, c.eos_id, self.capture)
             buf.start(self.model, memory, src_mask, max_len, length_penalty)
-            steps = 0
+            steps, previous = 0, None
             for t in range(T_cap):
                 buf.run(self.model, return_attention, banned_late if t >= min_new_tokens else banned_early, c.eos_id)
                 steps += 1
+                if self.pipelined:
+                    # the host waits for the step before while this one runs: it reorders every step
+                    # (in place, a copy of the rows onto themselves), and a step queued after the search
+                    # ended changes nothing (done sentences keep their pools and rows)
+                    buf.reorder(t + 1)
+                    flags = buf.flags_later(t)
+                    if previous is not None and not previous()[0]:
+                        break
+                    previous = flags
+                    continue
                 searching, in_place = buf.flags.tolist()  # the step's one host sync
                 if not searching:
                     break

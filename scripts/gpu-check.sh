@@ -4,9 +4,11 @@
 #   bash scripts/gpu-check.sh OUT_DIR
 #
 # 1. the CUDA tests (tests/test_cuda.py: each CUDA path against its CPU twin)
-# 2. the GPU table: ours in float16 and bfloat16 (with CUDA graphs, and float16 without) against
+# 2. the GPU table: ours in float16 and bfloat16 (with CUDA graphs; in float16 also without them, and
+#    with the host reading each step's flags while the next runs: ours-pipelined) against
 #    Hugging Face generate (and CTranslate2 when its wheel sees the GPU), beam 4 x batch 1/32/128;
-#    the shipped en-de's milliseconds per decoder step at batch 1; a training throughput figure (bench/gpu.py)
+#    the shipped en-de's milliseconds per decoder step at batch 1 (graphs, pipelined, eager); a training
+#    throughput figure (bench/gpu.py)
 # 3. the service on the GPU under load (bench/service.py), 15 s each, one worker unless said, in
 #    order of what the targets need, so that a run cut short keeps the first: as it ships (four
 #    HTTP processes in front of the one engine, NMT_HTTP_PROCESSES=4: one process's ~1 ms of CPU a

@@ -31,12 +31,14 @@ def same(a, b):
         assert [h.score for h in ra] == pytest.approx([h.score for h in rb], abs=1e-5)
 
 
+@pytest.mark.parametrize("pipelined", [False, True])
 @pytest.mark.parametrize("beam,n_best", [(1, 1), (4, 1), (4, 4), (5, 2)])
-def test_the_fixed_shape_step_decodes_as_the_transformer(beam, n_best):
+def test_the_fixed_shape_step_decodes_as_the_transformer(beam, n_best, pipelined):
     model = tiny(eos_bias=0.0)
     src = mixed_sources()
     caps = torch.tensor([30, 5, 20, 3, 12])  # sentences stopped by their caps at different steps
     graphed = GraphedBeamSearch(model, capture=False)
+    graphed.pipelined = pipelined  # the host reads each step's flags a step late, and reorders every step
     for max_new in (caps, 17):
         expected = beam_search(model, src, beam, n_best, max_new_tokens=max_new)
         got = graphed(src, beam, n_best, max_new_tokens=max_new)
@@ -46,11 +48,14 @@ def test_the_fixed_shape_step_decodes_as_the_transformer(beam, n_best):
         assert len(lengths) > 1
 
 
-def test_attention_follows_each_hypothesis_as_the_transformers_does():
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_attention_follows_each_hypothesis_as_the_transformers_does(pipelined):
     model = tiny(eos_bias=0.0)
     src = mixed_sources()
     expected = beam_search(model, src, 4, 3, max_new_tokens=12, return_attention=True)
-    got = GraphedBeamSearch(model, capture=False)(src, 4, 3, max_new_tokens=12, return_attention=True)
+    graphed = GraphedBeamSearch(model, capture=False)
+    graphed.pipelined = pipelined
+    got = graphed(src, 4, 3, max_new_tokens=12, return_attention=True)
     same(expected, got)
     for ra, rb in zip(expected, got):
         for ha, hb in zip(ra, rb):
@@ -58,13 +63,32 @@ def test_attention_follows_each_hypothesis_as_the_transformers_does():
             torch.testing.assert_close(hb.attention, ha.attention, atol=1e-5, rtol=1e-4)
 
 
-def test_min_length_and_one_sentence():
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_min_length_and_one_sentence(pipelined):
     model = tiny(eos_bias=2.0)
     src = mixed_sources(1)
     expected = beam_search(model, src, 4, 1, max_new_tokens=10, min_new_tokens=6)
-    got = GraphedBeamSearch(model, capture=False)(src, 4, 1, max_new_tokens=10, min_new_tokens=6)
+    graphed = GraphedBeamSearch(model, capture=False)
+    graphed.pipelined = pipelined
+    got = graphed(src, 4, 1, max_new_tokens=10, min_new_tokens=6)
     same(expected, got)
     assert len(got[0][0].token_ids) >= 5
+
+
+def test_a_pipelined_search_runs_one_step_past_its_end_and_that_step_changes_nothing():
+    """EOS comes early (all done at ~step 2 of 20): the pipelined host learns it a step late, so
+    one more step runs, over done sentences only, and the hypotheses are the usual search's."""
+    model = tiny(eos_bias=4.0)
+    src = mixed_sources(3)
+    expected = beam_search(model, src, 4, 2, max_new_tokens=20)
+    steps_run = {}
+    for pipelined in (False, True):
+        graphed = GraphedBeamSearch(model, capture=False)
+        graphed.pipelined = pipelined
+        same(expected, graphed(src, 4, 2, max_new_tokens=20))
+        [buffers] = [b for free in graphed._free.values() for b in free]
+        steps_run[pipelined] = int(buffers.step)
+    assert steps_run[True] == steps_run[False] + 1 < 20, steps_run
 
 
 def test_buffers_are_reused_per_bucket_and_never_shared_by_two_searches():

@@ -5,10 +5,11 @@ attention along its beams (`model.search.attention_along`), timed alone on the s
 
 DIR: another checkout, whose model/ is timed instead (to compare). A small random model (2+2
 layers, d 64, 800 pieces) on one thread, 32 sentences of 20 source tokens, beam 4, 4 hypotheses
-each, 30 new tokens at most; or with --model that checkpoint's Translator, beam 4, its first batch
-of the first 32 sentences of --data (bench/sentences.py: a file, prose@REV; else its six). The search runs
-once and its steps and hypotheses are read back 20 times over, best of 5 (timing the whole search
-with and without attention instead buries a few milliseconds in its noise on a shared machine).
+each, 30 new tokens at most; or with --model that checkpoint's Translator, beam 4, its first
+batch of the first 32 sentences of --data (bench/sentences.py: a file, prose@REV; else its six).
+The search runs once and its steps and hypotheses are read back 20 times over, best of 5 (timing
+the whole search with and without attention instead buries a few milliseconds in its noise on a
+shared machine).
 """
 
 from __future__ import annotations

@@ -64,6 +64,10 @@ class Settings(BaseSettings):
         "(bench/open_loop.py); "
         "true / false. Requests with "
         "min_length or repetition_penalty are decoded batch by batch either way.")
+    pipelined_steps: bool = Field(False, description="On a GPU, the graphed beam search queues each step before it "
+                                  "waits for the one before (model/graphs.py GraphedBeamSearch.pipelined; one step "
+                                  "runs after a search ends, changing nothing). Off until a GPU run measures it "
+                                  "(scripts/gpu-check.sh); no effect on the CPU.")
     running_slots: int = Field(64, ge=1, le=1024, description="Sentences in one running batch (NMT_RUNNING_BATCH); "
                                "more wait for a free slot.")
     running_bytes: int = Field(0, ge=0, description="Bytes the running batches of a worker may hold in buffers "

@@ -121,6 +121,7 @@ class WorkerPool:
     fault_injection: bool = False
     max_loaded: int = 0  # models a worker keeps loaded (0: all, from the start)
     shortlist: bool = True  # decode over a model's vocabulary shortlist when it has one (CPU)
+    pipelined_steps: bool = False  # on a GPU, the graphed search queues a step before it waits for the one before
     running: bool = False  # step-level batching in the workers (model/running.py)
     running_slots: int = 64  # sentences in one running batch
     running_join: tuple[int, int] = (1, 0)  # sentences join a running batch in groups: (group, steps waited at most)
@@ -185,7 +186,7 @@ class WorkerPool:
             target=_worker_entry, name=f"nmt-worker-{w.index}", daemon=True,
             args=(child, self.models, w.device, self.dtype, self.threads, self.batch_tokens, self.fault_injection,
                   self.max_loaded, self.shortlist, self.running, self.running_slots, self.running_join,
-                  self.running_bytes))
+                  self.running_bytes, self.pipelined_steps))
         w.process.start()
         child.close()  # so that recv sees EOF when the process dies
         loop = asyncio.get_running_loop()

@@ -46,9 +46,10 @@ class Translators:
     """A worker's translators: every model loaded at start, or with `max_loaded` (> 0) the first at
     start and each other on first use, at most `max_loaded` kept (the least recently used goes)."""
 
-    def __init__(self, models: dict[str, str], device: str, dtype: str, max_loaded: int = 0, shortlist: bool = True):
+    def __init__(self, models: dict[str, str], device: str, dtype: str, max_loaded: int = 0, shortlist: bool = True,
+                 pipelined_steps: bool = False):
         self.models, self.device, self.dtype, self.max_loaded = models, device, dtype, max_loaded
-        self.shortlist = shortlist
+        self.shortlist, self.pipelined_steps = shortlist, pipelined_steps
         self.loaded: OrderedDict[str, Translator] = OrderedDict()
         for model_id in list(models)[: max_loaded or len(models)]:
             self.get(model_id)
@@ -60,13 +61,15 @@ class Translators:
         while self.max_loaded and len(self.loaded) >= self.max_loaded:
             self.loaded.popitem(last=False)
         translator = self.loaded[model_id] = Translator.load(self.models[model_id], device=self.device,
-                                                             dtype=self.dtype, shortlist=self.shortlist)
+                                                             dtype=self.dtype, shortlist=self.shortlist,
+                                                             pipelined_steps=self.pipelined_steps)
         return translator
 
 
 def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: int, batch_tokens: int,
                 fault_injection: bool, max_loaded: int = 0, shortlist: bool = True, running: bool = False,
-                running_slots: int = 64, running_join: tuple[int, int] = (1, 0), running_bytes: int = 0) -> None:
+                running_slots: int = 64, running_join: tuple[int, int] = (1, 0), running_bytes: int = 0,
+                pipelined_steps: bool = False) -> None:
     """Process entry point: load the models (all, or the first max_loaded), then decode jobs until
     told to stop; every "ok" reply says which models it holds. running: step-level batching, at
     most running_slots sentences in a running batch, joining it in groups as running_join says, the
@@ -77,7 +80,7 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(threads)
     try:
-        held = Translators(models, device, dtype, max_loaded, shortlist)
+        held = Translators(models, device, dtype, max_loaded, shortlist, pipelined_steps)
         translators = held.loaded
     except Exception as e:
         send_message(conn, ("failed", f"loading models failed: {type(e).__name__}: {e}"))

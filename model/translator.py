@@ -95,13 +95,15 @@ class Translator:
 
     @classmethod
     def load(cls, directory: str | Path, device: str | None = None, dtype: str = "auto", prepack: bool = True,
-             shortlist: bool = True, cuda_graphs: bool = True, **limits) -> Translator:
+             shortlist: bool = True, cuda_graphs: bool = True, pipelined_steps: bool = False, **limits) -> Translator:
         """A checkpoint directory, on `device` (None: CUDA when there is one) in `dtype` ("auto":
         see auto_dtype). prepack: on a CPU with native bf16, a bfloat16 model's Linear weights are
         reordered once into oneDNN's layout (model/cpu/weights.py); False keeps plain Linear layers.
         shortlist: on the CPU, decode over the directory's vocabulary shortlist when it has one
         (model/shortlist.py). cuda_graphs: on a GPU, each decoder step replays a CUDA graph
-        (model/graphs.py); False runs the Transformer's own step, kernel by kernel."""
+        (model/graphs.py); False runs the Transformer's own step, kernel by kernel. pipelined_steps:
+        that graphed search queues each step before it waits for the one before
+        (GraphedBeamSearch.pipelined)."""
         device = torch.device(device or default_device())
         dtype = auto_dtype(device) if dtype == "auto" else dtype
         if dtype == "int8" and device.type != "cpu":
@@ -122,6 +124,7 @@ class Translator:
         translator = cls(model, tokenizer, metadata, decoder, kernels.select if cpu_kernels else select, **limits)
         if device.type == "cuda" and cuda_graphs:
             translator.graphed_search = GraphedBeamSearch(model)
+            translator.graphed_search.pipelined = pipelined_steps
         if shortlist and device.type == "cpu":
             translator.shortlist = Shortlist.load(Path(directory), copy_source=model.config.share_embeddings)
         return translator

@@ -47,3 +47,15 @@ def test_nmt_serve_parses_without_loading_the_model_commands():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "--model" in run.stdout
+
+
+def test_a_worker_loads_its_translators_with_the_pipelined_search_when_asked(monkeypatch):
+    """NMT_PIPELINED_STEPS reaches Translator.load in the worker (where, on a GPU, it sets the
+    graphed search's `pipelined`; on the CPU there is no graphed search to see it on)."""
+    from app import worker_process
+
+    asked = []
+    monkeypatch.setattr(worker_process.Translator, "load", classmethod(lambda cls, *a, **kw: asked.append(kw)))
+    worker_process.Translators({"a": "dir-a", "b": "dir-b"}, "cpu", "float32", pipelined_steps=True)
+    worker_process.Translators({"a": "dir-a"}, "cpu", "float32")
+    assert [kw["pipelined_steps"] for kw in asked] == [True, True, False]

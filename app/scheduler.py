@@ -3,7 +3,9 @@
 A request becomes a Job of items (one per text). Items wait in one FIFO per BatchKey (the model
 and every decoding option, because only items decoded the same way can share a beam search).
 When a worker slot is free, a key that holds a full token budget, or whose oldest item has
-waited long enough (on an idle server not at all, while a batch runs max_wait), starts a batch.
+waited long enough (on an idle server not at all, while a batch runs max_wait), starts a batch;
+right after a batch ends, not before as many new items came as it answered, or max_wait passed
+(its clients' next requests: `_hold`).
 A batch starts from the oldest item of the job whose client has the fewest items in batches in
 flight (counting the batch that just ended), and among those of the job that has had the fewest
 items in batches so far (of all ready keys), and takes the items closest to it in length (where it
@@ -136,6 +138,9 @@ class Scheduler:
         self._task: asyncio.Task | None = None
         self._running: dict[asyncio.Task, list[_Item]] = {}  # batches in flight
         self.client_in_flight: Counter[str] = Counter()  # items in batches in flight, by client
+        # items submitted so far; after a batch ends, the count the next batch waits for and until when
+        self.arrivals = 0
+        self._awaited, self._hold_until = 0, 0.0
 
     def submit(self, key: BatchKey, sources: list[list[int]], weights: list[bool] | None = None,
                client: str = "") -> Job:
@@ -153,6 +158,7 @@ class Scheduler:
             queue.append(item)
             self.queued_cost[key] = self.queued_cost.get(key, 0) + item.cost
         self.queued += len(sources)
+        self.arrivals += len(sources)
         self._wake.set()
         return job
 
@@ -210,7 +216,7 @@ class Scheduler:
             timeout = None
             if self.queues and self.in_flight < self.slots:
                 oldest = min(q[0].job.arrived for q in self.queues.values())
-                timeout = max(0.0, oldest + self._wait_s() - now)
+                timeout = max(0.0, oldest + self._wait_s() - now, self._hold_until - now if self._hold(now) else 0.0)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
 
@@ -244,12 +250,24 @@ class Scheduler:
         few would leave the rest to wait for a whole batch more."""
         return self.max_wait_s if self.in_flight else 0.0
 
+    def _hold(self, now: float) -> bool:
+        """Whether the next batch waits for the requests of the batch that just ended. Its clients
+        send their next requests within a few milliseconds of their answers; a batch started at once
+        would run with what queued meanwhile and leave them to the one after, so that with one worker
+        and 2n clients in flight, batches of n alternate where one batch of 2n would cost a GPU about
+        the same. So after a batch that answered n items, the next one waits until n more items
+        came, for at most max_wait (none on a CPU by default, where a batch costs about the sum of
+        its sentences)."""
+        return now < self._hold_until and self.arrivals < self._awaited
+
     def _ready_key(self, now: float) -> tuple[BatchKey, int] | None:
-        """Among keys with a full budget or an item that has waited long enough (_wait_s), the one
-        whose first item (_first) ranks first, and that item's index in its queue."""
-        best, best_rank, wait_s = None, None, self._wait_s()
+        """Among keys with a full budget or an item that has waited long enough (_wait_s) and no
+        hold (_hold), the one whose first item (_first) ranks first, and that item's index in its
+        queue."""
+        best, best_rank, wait_s, hold = None, None, self._wait_s(), self._hold(now)
         for key, queue in self.queues.items():
-            if self._closing or self.queued_cost[key] >= self.batch_tokens or now - queue[0].job.arrived >= wait_s:
+            if (self._closing or self.queued_cost[key] >= self.batch_tokens
+                    or (now - queue[0].job.arrived >= wait_s and not hold)):
                 first = self._first(queue, now)
                 rank = self._rank(queue[first].job, now)
                 if best is None or rank < best_rank:
@@ -353,11 +371,16 @@ class Scheduler:
             results = await self._compute(key, batch, isolate=True)
         finally:
             self.in_flight -= 1
+            now = time.monotonic()
+            # the items of the requests this batch answers (the whole of what they have not been answered)
+            items_of = Counter(item.job for item in batch)
+            answered = sum(n for job, n in items_of.items() if job.remaining <= n)
+            self._awaited, self._hold_until = self.arrivals + answered, now + self.max_wait_s
             # the next batch goes now, before this one's results wake their requests (finishing and
             # answering them holds the event loop, ~0.5 ms a request, which the worker would spend idle),
             # and before this one's clients stop counting as in flight: they were served last, so
             # with one worker, too, another client's request starts the next batch
-            self._dispatch(time.monotonic())
+            self._dispatch(now)
             self._wake.set()
             for item in batch:
                 self.client_in_flight[item.job.client] -= 1

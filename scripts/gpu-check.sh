@@ -13,13 +13,15 @@
 #    order of what the targets need, so that a run cut short keeps the first: as it ships (four
 #    HTTP processes in front of the one engine, NMT_HTTP_PROCESSES=4: one process's ~1 ms of CPU a
 #    request capped the last lease's service) at 64 keep-alive clients with the offline Translator
-#    on the same sentences, at 256, and at 64 with every request asking for alignments; the same
+#    on the same sentences, and again without waiting for company (NMT_MAX_WAIT_MS=0: no hold after
+#    a batch for its clients' next requests, app/scheduler.py, so batches of 32 alternate as in the
+#    last lease), at 256, and at 64 with every request asking for alignments; the same
 #    three with two workers on the one GPU (NMT_WORKERS=2); at 64 with the graphed search pipelined
 #    (NMT_PIPELINED_STEPS); then the running batch without the service against the Translator on
 #    the same sentences, where its time goes, and its profile (bench/running.py); then running
 #    batches in the service (NMT_RUNNING_BATCH=true, joining in groups of 8 or after 2 steps at 64
-#    clients, 256 slots at 256) behind four HTTP processes; last one HTTP process at 64 (the rows
-#    added since the last lease keep the whole run under 8 minutes in place of its others)
+#    clients, 256 slots at 256) behind four HTTP processes (one HTTP process, which capped the last
+#    lease's service, left out: the rows added since keep the whole run under 8 minutes in its place)
 #
 # On the lent GPU machine (Python 3.12, torch with CUDA, transformers, sentencepiece, safetensors,
 # httpx, prometheus-client; no network) the other packages come from artifacts/gpu-wheels, which
@@ -86,13 +88,13 @@ service() {  # service NAME CLIENTS WORKERS [OPTIONS...]
 # the service as it ships on a GPU machine first (four HTTP processes in front of one engine process
 # and its one GPU worker: NMT_HTTP_PROCESSES 0 = 4 on a machine of 16 or more cores; the engine
 # process keeps their store), so that a run cut short still has the targets' rows; then two workers
-# on the GPU, the pipelined search, running batches, and last one HTTP process (it capped the
-# service in the last lease)
+# on the GPU, the pipelined search, running batches
 service service-64-p4 64 1 --http-processes 4
+SERVICE_ENV=NMT_MAX_WAIT_MS=0 service service-64-p4-nowait 64 1 --http-processes 4 --no-offline
 service service-256-p4 256 1 --http-processes 4 --no-offline
 SERVICE_ENV=NMT_CLIENT_ALIGNMENT_BYTES=0 service service-64-alignments-p4 64 1 --alignments --http-processes 4 --no-offline
-# two workers on the one GPU (NMT_WORKERS=2): at 64 clients one worker alternates two batches of
-# 32, each step a graph replay and a host sync, the GPU idle while the host works; the GPU
+# two workers on the one GPU (NMT_WORKERS=2): one worker runs a batch at a time, each step a graph
+# replay and a host sync, the GPU idle while the host works; the GPU
 # time-slices between processes (their kernels never overlap), so a second process gains only
 # what its kernels find of those idle gaps
 service service-64-p4-w2 64 2 --http-processes 4 --no-offline
@@ -106,6 +108,5 @@ step running-engine 150 "$PY" bench/running.py --model checkpoints/en-de --devic
 SERVICE_ENV="NMT_RUNNING_BATCH=true NMT_RUNNING_JOIN_GROUP=8 NMT_RUNNING_JOIN_WAIT=2" service service-64-running-p4 64 1 \
   --http-processes 4 --no-offline
 SERVICE_ENV="NMT_RUNNING_BATCH=true NMT_RUNNING_SLOTS=256" service service-256-running-p4 256 1 --http-processes 4 --no-offline
-service service-64 64 1 --no-offline
 cat "$OUT/summary.txt"
 exit $status

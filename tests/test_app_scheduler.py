@@ -469,3 +469,75 @@ def test_a_client_with_many_requests_does_not_hold_back_another_clients_request(
         assert batches == [[0, 1], [2, 100], [3, 4], [5]], batches
     else:
         assert batches == [[0, 1], [2, 3], [4, 5], [100]], batches
+
+
+async def closed_loop(scheduler: Scheduler, key: BatchKey, client: int, rounds: int, think_s: float,
+                      start_s: float = 0.0) -> list[float]:
+    """One client sending a text, and its next one think_s after each answer: each round's seconds."""
+    if start_s:
+        await asyncio.sleep(start_s)
+    took = []
+    for _ in range(rounds):
+        sent = time.monotonic()
+        await scheduler.submit(key, [sentence(client)], client=str(client)).future
+        took.append(time.monotonic() - sent)
+        await asyncio.sleep(think_s)
+    return took
+
+
+def test_the_clients_a_batch_answered_go_in_the_next_batch_with_those_that_queued_meanwhile():
+    """A GPU's worker (one slot; a batch costs the same whatever its size) and 16 clients sending
+    again 2 ms after each answer, the second 8 while the first 8's batch runs: without the hold the
+    8 that queued meanwhile would start the next batch alone, and batches of 8 would alternate for
+    ever; with it the next batch waits for the 8 just answered (up to max_wait) and holds all 16."""
+
+    async def main():
+        fake = FakeTranslate(delay=0.03)
+        scheduler = Scheduler(fake, slots=1, batch_tokens=10_000, max_wait_s=0.2)
+        scheduler.start()
+        key = make_key("en-de", beam_size=4)
+        await asyncio.gather(*(closed_loop(scheduler, key, c, 6, 0.002, 0.0 if c < 8 else 0.01) for c in range(16)))
+        await scheduler.stop(1)
+        return [len(sources) for _, sources in fake.batches]
+
+    sizes = run(main())
+    # the last batch: the second 8's last texts, the first 8 done
+    assert sizes[0] == 8 and set(sizes[1:-1]) == {16} and sizes[-1] == 8, sizes
+
+
+def test_a_lone_client_is_not_held():
+    """After a batch that answered one request, the next request it brings starts the next batch
+    at once: the hold waits for as many new items as the batch answered, not for max_wait."""
+
+    async def main():
+        scheduler = Scheduler(FakeTranslate(delay=0.01), slots=1, batch_tokens=10_000, max_wait_s=0.5)
+        scheduler.start()
+        took = await closed_loop(scheduler, make_key("en-de"), 1, 5, 0.002)
+        await scheduler.stop(1)
+        return took
+
+    took = run(main())
+    assert max(took) < 0.25, took  # a held request would take max_wait (0.5 s) more
+
+
+def test_a_hold_lasts_at_most_max_wait():
+    """The client of the first batch never comes back: the item queued meanwhile starts when the
+    hold's max_wait has passed since that batch ended."""
+
+    async def main():
+        fake = FakeTranslate(delay=0.05)
+        scheduler = Scheduler(fake, slots=1, batch_tokens=10_000, max_wait_s=0.1)
+        scheduler.start()
+        key = make_key("en-de")
+        first = scheduler.submit(key, [sentence(1)])
+        await asyncio.sleep(0.01)
+        second = scheduler.submit(key, [sentence(2)])
+        await first.future
+        ended = time.monotonic()
+        await second.future
+        await scheduler.stop(1)
+        return time.monotonic() - ended, [len(sources) for _, sources in fake.batches]
+
+    second_took, sizes = run(main())
+    assert sizes == [1, 1]
+    assert 0.1 + 0.05 - 0.02 <= second_took < 0.1 + 0.05 + 0.15, second_took  # the hold, then its batch

@@ -130,7 +130,8 @@ class Engine:
         self.scheduler = Scheduler(self.pool.run, slots=slots, batch_tokens=batch_tokens, max_wait_s=max_wait_s,
                                    max_queue_items=s.max_queue_items, on_batch=observe_batch, cancel_in_flight=running,
                                    share_among=1 if running else len(devices),
-                                   long_job_items=0 if running else s.long_job_batch_items(self.device_kind))
+                                   long_job_items=0 if running else s.long_job_batch_items(self.device_kind),
+                                   hold_s=0.0 if running else s.batch_hold_ms / 1000)
         metrics.engine_gauges(lambda: (self.scheduler.queued, self.scheduler.in_flight,
                                        sum(w.alive for w in self.pool.workers),
                                        sum(w.restarts for w in self.pool.workers)))

@@ -4,8 +4,8 @@ A request becomes a Job of items (one per text). Items wait in one FIFO per Batc
 and every decoding option, because only items decoded the same way can share a beam search).
 When a worker slot is free, a key that holds a full token budget, or whose oldest item has
 waited long enough (on an idle server not at all, while a batch runs max_wait), starts a batch;
-right after a batch ends, not before as many new items came as it answered, or max_wait passed
-(its clients' next requests: `_hold`).
+with a hold (off by default), right after a batch ends, not before as many new items came as it
+answered or the hold passed (its clients' next requests: `_hold`).
 A batch starts from the oldest item of the job whose client has the fewest items in batches in
 flight (counting the batch that just ended), and among those of the job that has had the fewest
 items in batches so far (of all ready keys), and takes the items closest to it in length (where it
@@ -116,7 +116,7 @@ class Scheduler:
     def __init__(self, run_batch: Callable[..., Awaitable[list[Any]]], slots: int,
                  batch_tokens: int, max_wait_s: float, max_queue_items: int = 1 << 30,
                  on_batch: Callable[[BatchKey, int, int], None] | None = None, cancel_in_flight: bool = False,
-                 share_among: int = 1, long_job_items: int = 0):
+                 share_among: int = 1, long_job_items: int = 0, hold_s: float = 0.0):
         """cancel_in_flight: a batch whose every request is gone is cancelled while it runs (its
         run_batch task; a worker with running batches then drops it), not only before.
         share_among: a batch takes at most 1/share_among of its key's queue (rounded up), as it
@@ -124,10 +124,12 @@ class Scheduler:
         batch (its source tokens x beams over the budget) runs in batches of at most this many
         items, and none of its items goes in a batch that another job starts (0: no limit, and
         such items may fill another job's batch), so that a request sent while it runs waits for a
-        short batch to end, and runs in a batch of its own kind."""
+        short batch to end, and runs in a batch of its own kind. hold_s: the longest the next batch
+        waits after a batch ends for as many new items as that batch answered (`_hold`)."""
         self.run_batch, self.slots, self.cancel_in_flight = run_batch, slots, cancel_in_flight
         self.share_among, self.long_job_items = share_among, long_job_items
         self.batch_tokens, self.max_wait_s, self.max_queue_items = batch_tokens, max_wait_s, max_queue_items
+        self.hold_s = hold_s
         self.on_batch = on_batch  # (key, items, padded tokens) of every batch started
         self.queues: dict[BatchKey, deque[_Item]] = {}
         self.queued_cost: dict[BatchKey, int] = {}
@@ -256,8 +258,9 @@ class Scheduler:
         would run with what queued meanwhile and leave them to the one after, so that with one worker
         and 2n clients in flight, batches of n alternate where one batch of 2n would cost a GPU about
         the same. So after a batch that answered n items, the next one waits until n more items
-        came, for at most max_wait (none on a CPU by default, where a batch costs about the sum of
-        its sentences)."""
+        came, for at most hold_s. Off by default: requests that do not come back when answered
+        (arrivals at random) always wait all of it, and a hold shorter than the answered clients
+        take to come back merges only some of them (BENCHMARKS.md, "The service" on a GPU)."""
         return now < self._hold_until and self.arrivals < self._awaited
 
     def _ready_key(self, now: float) -> tuple[BatchKey, int] | None:
@@ -375,7 +378,7 @@ class Scheduler:
             # the items of the requests this batch answers (the whole of what they have not been answered)
             items_of = Counter(item.job for item in batch)
             answered = sum(n for job, n in items_of.items() if job.remaining <= n)
-            self._awaited, self._hold_until = self.arrivals + answered, now + self.max_wait_s
+            self._awaited, self._hold_until = self.arrivals + answered, now + self.hold_s
             # the next batch goes now, before this one's results wake their requests (finishing and
             # answering them holds the event loop, ~0.5 ms a request, which the worker would spend idle),
             # and before this one's clients stop counting as in flight: they were served last, so

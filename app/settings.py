@@ -82,10 +82,13 @@ class Settings(BaseSettings):
                                    "nothing running takes waiting sentences at once.")
     max_wait_ms: float | None = Field(None, ge=0, le=10_000, description="Longest an item waits for company before "
                                       "its batch runs anyway, while another batch runs (on an idle server it starts "
-                                      "at once); and longest the next batch waits after a batch ends for as many new "
-                                      "items as it answered (its clients' next requests). Unset: 0 on the CPU (where a "
-                                      "batch of a few sentences costs ~0.9 of their times one by one, so waiting costs "
-                                      "more than it saves), 5 on a GPU.")
+                                      "at once). Unset: 0 on the CPU (where a batch of a few sentences costs ~0.9 of "
+                                      "their times one by one, so waiting costs more than it saves), 5 on a GPU.")
+    batch_hold_ms: float = Field(0, ge=0, le=1000, description="After a batch ends, longest the next batch waits for as "
+                                 "many new items as it answered (its clients' next requests, which would otherwise "
+                                 "wait for a whole batch more: with one GPU worker, 64 closed-loop clients make "
+                                 "alternating batches of 32). Every request arriving at random waits for it, so 0 "
+                                 "(off) until a GPU run measures it (scripts/gpu-check.sh). Batch by batch only.")
     long_batch_items: int | None = Field(None, ge=0, le=100_000, description="Most sentences in a batch of a "
                                          "request too long for one batch (a file, a catalog), whose sentences then "
                                          "go in batches of their own only, so that a request sent meanwhile waits "

@@ -13,9 +13,9 @@
 #    order of what the targets need, so that a run cut short keeps the first: as it ships (four
 #    HTTP processes in front of the one engine, NMT_HTTP_PROCESSES=4: one process's ~1 ms of CPU a
 #    request capped the last lease's service) at 64 keep-alive clients with the offline Translator
-#    on the same sentences, and again without waiting for company (NMT_MAX_WAIT_MS=0: no hold after
-#    a batch for its clients' next requests, app/scheduler.py, so batches of 32 alternate as in the
-#    last lease), at 256, and at 64 with every request asking for alignments; the same
+#    on the same sentences, and again with a hold after each batch for its clients' next requests
+#    (NMT_BATCH_HOLD_MS=10, off by default: app/scheduler.py; without it batches of 32 alternate),
+#    at 256, and at 64 with every request asking for alignments; the same
 #    three with two workers on the one GPU (NMT_WORKERS=2); at 64 with the graphed search pipelined
 #    (NMT_PIPELINED_STEPS); then the running batch without the service against the Translator on
 #    the same sentences, where its time goes, and its profile (bench/running.py); then running
@@ -90,7 +90,7 @@ service() {  # service NAME CLIENTS WORKERS [OPTIONS...]
 # process keeps their store), so that a run cut short still has the targets' rows; then two workers
 # on the GPU, the pipelined search, running batches
 service service-64-p4 64 1 --http-processes 4
-SERVICE_ENV=NMT_MAX_WAIT_MS=0 service service-64-p4-nowait 64 1 --http-processes 4 --no-offline
+SERVICE_ENV=NMT_BATCH_HOLD_MS=10 service service-64-p4-hold 64 1 --http-processes 4 --no-offline
 service service-256-p4 256 1 --http-processes 4 --no-offline
 SERVICE_ENV=NMT_CLIENT_ALIGNMENT_BYTES=0 service service-64-alignments-p4 64 1 --alignments --http-processes 4 --no-offline
 # two workers on the one GPU (NMT_WORKERS=2): one worker runs a batch at a time, each step a graph

@@ -485,15 +485,16 @@ async def closed_loop(scheduler: Scheduler, key: BatchKey, client: int, rounds: 
     return took
 
 
-def test_the_clients_a_batch_answered_go_in_the_next_batch_with_those_that_queued_meanwhile():
+@pytest.mark.parametrize("hold_s", [0.0, 0.2])
+def test_with_a_hold_the_clients_a_batch_answered_go_in_the_next_batch_with_those_that_queued_meanwhile(hold_s):
     """A GPU's worker (one slot; a batch costs the same whatever its size) and 16 clients sending
-    again 2 ms after each answer, the second 8 while the first 8's batch runs: without the hold the
-    8 that queued meanwhile would start the next batch alone, and batches of 8 would alternate for
-    ever; with it the next batch waits for the 8 just answered (up to max_wait) and holds all 16."""
+    again 2 ms after each answer, the second 8 while the first 8's batch runs: without a hold the 8
+    that queued meanwhile start the next batch alone, and batches of 8 alternate for ever; with it
+    the next batch waits for the 8 just answered (up to hold_s) and holds all 16."""
 
     async def main():
         fake = FakeTranslate(delay=0.03)
-        scheduler = Scheduler(fake, slots=1, batch_tokens=10_000, max_wait_s=0.2)
+        scheduler = Scheduler(fake, slots=1, batch_tokens=10_000, max_wait_s=0.0, hold_s=hold_s)
         scheduler.start()
         key = make_key("en-de", beam_size=4)
         await asyncio.gather(*(closed_loop(scheduler, key, c, 6, 0.002, 0.0 if c < 8 else 0.01) for c in range(16)))
@@ -501,32 +502,34 @@ def test_the_clients_a_batch_answered_go_in_the_next_batch_with_those_that_queue
         return [len(sources) for _, sources in fake.batches]
 
     sizes = run(main())
-    # the last batch: the second 8's last texts, the first 8 done
-    assert sizes[0] == 8 and set(sizes[1:-1]) == {16} and sizes[-1] == 8, sizes
+    if not hold_s:
+        assert set(sizes) == {8} and len(sizes) == 12, sizes
+    else:  # the last batch: the second 8's last texts, the first 8 done
+        assert sizes[0] == 8 and set(sizes[1:-1]) == {16} and sizes[-1] == 8, sizes
 
 
 def test_a_lone_client_is_not_held():
     """After a batch that answered one request, the next request it brings starts the next batch
-    at once: the hold waits for as many new items as the batch answered, not for max_wait."""
+    at once: the hold waits for as many new items as the batch answered, not for all of hold_s."""
 
     async def main():
-        scheduler = Scheduler(FakeTranslate(delay=0.01), slots=1, batch_tokens=10_000, max_wait_s=0.5)
+        scheduler = Scheduler(FakeTranslate(delay=0.01), slots=1, batch_tokens=10_000, max_wait_s=0.0, hold_s=0.5)
         scheduler.start()
         took = await closed_loop(scheduler, make_key("en-de"), 1, 5, 0.002)
         await scheduler.stop(1)
         return took
 
     took = run(main())
-    assert max(took) < 0.25, took  # a held request would take max_wait (0.5 s) more
+    assert max(took) < 0.25, took  # a held request would take hold_s (0.5 s) more
 
 
-def test_a_hold_lasts_at_most_max_wait():
-    """The client of the first batch never comes back: the item queued meanwhile starts when the
-    hold's max_wait has passed since that batch ended."""
+def test_a_hold_lasts_at_most_hold_s():
+    """The client of the first batch never comes back: the item queued meanwhile starts when
+    hold_s has passed since that batch ended."""
 
     async def main():
         fake = FakeTranslate(delay=0.05)
-        scheduler = Scheduler(fake, slots=1, batch_tokens=10_000, max_wait_s=0.1)
+        scheduler = Scheduler(fake, slots=1, batch_tokens=10_000, max_wait_s=0.0, hold_s=0.1)
         scheduler.start()
         key = make_key("en-de")
         first = scheduler.submit(key, [sentence(1)])

@@ -67,6 +67,16 @@ def test_the_wait_for_company_follows_the_device_unless_set():
     assert Settings(max_wait_ms=3).batch_wait_s("cpu") == 0.003 == Settings(max_wait_ms=3).batch_wait_s("cuda")
 
 
+def test_the_hold_after_a_batch_is_off_unless_set_and_never_with_running_batches(monkeypatch):
+    from app.engine import Engine
+    from app.metrics import Metrics
+
+    monkeypatch.delenv("NMT_BATCH_HOLD_MS", raising=False)
+    assert Engine(Settings(device="cpu"), {}, Metrics()).scheduler.hold_s == 0.0
+    assert Engine(Settings(device="cpu", batch_hold_ms=7), {}, Metrics()).scheduler.hold_s == 0.007
+    assert Engine(Settings(device="cpu", batch_hold_ms=7, running_batch="true"), {}, Metrics()).scheduler.hold_s == 0.0
+
+
 def test_a_long_requests_batches_are_short_on_the_cpu_unless_set():
     assert Settings().long_job_batch_items("cpu") == 8 and Settings().long_job_batch_items("cuda") == 0
     assert Settings(long_batch_items=0).long_job_batch_items("cpu") == 0

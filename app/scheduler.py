@@ -375,10 +375,10 @@ class Scheduler:
         finally:
             self.in_flight -= 1
             now = time.monotonic()
-            # the items of the requests this batch answers (the whole of what they have not been answered)
-            items_of = Counter(item.job for item in batch)
-            answered = sum(n for job, n in items_of.items() if job.remaining <= n)
-            self._awaited, self._hold_until = self.arrivals + answered, now + self.hold_s
+            if self.hold_s:  # the next batch waits for the requests this batch answers (the whole of their rest)
+                items_of = Counter(item.job for item in batch)
+                answered = sum(n for job, n in items_of.items() if job.remaining <= n)
+                self._awaited, self._hold_until = self.arrivals + answered, now + self.hold_s
             # the next batch goes now, before this one's results wake their requests (finishing and
             # answering them holds the event loop, ~0.5 ms a request, which the worker would spend idle),
             # and before this one's clients stop counting as in flight: they were served last, so

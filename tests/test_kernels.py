@@ -566,8 +566,13 @@ def test_fused_encoder_equals_the_pytorch_encoder(norm, activation):
             sdpa, _ = model.encode(src)
         for layer in model.encoder_layers:
             layer.self_attn.attention_fn = packed_attention
-        # float32 rounding apart, now and then moved across an int8 level by a later layer
-        assert (memory[tokens] - sdpa[tokens]).abs().mean() < 1e-3
+        # float32 rounding apart, now and then moved across an int8 level by a later layer: one such
+        # move in a token moves every row of its sentence a little (the next layer attends over them
+        # all; on an AVX-512 Zen 5, 40 rows of a 40-token sentence, the median value by 3e-4, none
+        # by more than 1.1e-2), where a wrong mask moves rows by tenths and a 1% wrong scale
+        # moves the median value by ~7e-3
+        difference = (memory[tokens] - sdpa[tokens]).abs()
+        assert difference.median() < 1e-3 and difference.max() < 0.05
     with pytest.raises(RuntimeError, match="vocabulary"), torch.inference_mode():
         fused.encode(torch.tensor([[4, 50]]))
 

@@ -4,8 +4,8 @@ A request becomes a Job of items (one per text). Items wait in one FIFO per Batc
 and every decoding option, because only items decoded the same way can share a beam search).
 When a worker slot is free, a key that holds a full token budget, or whose oldest item has
 waited long enough (on an idle server not at all, while a batch runs max_wait), starts a batch;
-with a hold (off by default), right after a batch ends, not before as many new items came as it
-answered or the hold passed (its clients' next requests: `_hold`).
+with a hold (off by default), right after a batch of a closed loop of clients ends, not before as
+many new items came as it answered or the hold passed (its clients' next requests: `_end_batch`).
 A batch starts from the oldest item of the job whose client has the fewest items in batches in
 flight (counting the batch that just ended), and among those of the job that has had the fewest
 items in batches so far (of all ready keys), and takes the items closest to it in length (where it
@@ -44,6 +44,9 @@ SHARED_QUEUE = 4
 # a job none of whose items went into a batch for this long starts the next batch, as a job not yet
 # started would (Scheduler._first): under a load that never lets up, no job waits for ever
 PATIENCE_S = 1.0
+# a batch answering fewer items is no closed loop worth a hold (Scheduler._end_batch): a few
+# clients alone gain little from sharing a batch and never wait for each other
+CLOSED_LOOP_ITEMS = 8
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,15 @@ class _Item:
         return len(self.job.sources[self.index])
 
 
+def closed_loop(levels: deque[int], level: int, answered: int) -> bool:
+    """Whether the batch that just ended, with `level` items queued or in flight at its end and
+    `answered` items of requests it completed, looks like a closed loop of clients: at least 8
+    answered, and the level the same as at the batch before and as high as at any of `levels` (the
+    last batches' ends). A closed loop keeps its clients' count; requests arriving at random come
+    and go in number, and rarely match their highest twice in a row."""
+    return answered >= CLOSED_LOOP_ITEMS and bool(levels) and level == levels[-1] >= max(levels)
+
+
 class Scheduler:
     def __init__(self, run_batch: Callable[..., Awaitable[list[Any]]], slots: int,
                  batch_tokens: int, max_wait_s: float, max_queue_items: int = 1 << 30,
@@ -125,7 +137,7 @@ class Scheduler:
         items, and none of its items goes in a batch that another job starts (0: no limit, and
         such items may fill another job's batch), so that a request sent while it runs waits for a
         short batch to end, and runs in a batch of its own kind. hold_s: the longest the next batch
-        waits after a batch ends for as many new items as that batch answered (`_hold`)."""
+        waits after a batch ends for as many new items as that batch answered (`_end_batch`)."""
         self.run_batch, self.slots, self.cancel_in_flight = run_batch, slots, cancel_in_flight
         self.share_among, self.long_job_items = share_among, long_job_items
         self.batch_tokens, self.max_wait_s, self.max_queue_items = batch_tokens, max_wait_s, max_queue_items
@@ -141,8 +153,14 @@ class Scheduler:
         self._running: dict[asyncio.Task, list[_Item]] = {}  # batches in flight
         self.client_in_flight: Counter[str] = Counter()  # items in batches in flight, by client
         # items submitted so far; after a batch ends, the count the next batch waits for and until when
+        # the hold (_end_batch): items submitted so far; the count the next batch waits for and until
+        # when; items queued or in flight at the last batches' ends; since when the last batch's
+        # clients are awaited (None: all back), and how long they took to come back the last time
         self.arrivals = 0
         self._awaited, self._hold_until = 0, 0.0
+        self._levels: deque[int] = deque(maxlen=16)
+        self._since_end: float | None = None
+        self._return_s = float("inf")
 
     def submit(self, key: BatchKey, sources: list[list[int]], weights: list[bool] | None = None,
                client: str = "") -> Job:
@@ -161,6 +179,8 @@ class Scheduler:
             self.queued_cost[key] = self.queued_cost.get(key, 0) + item.cost
         self.queued += len(sources)
         self.arrivals += len(sources)
+        if self._since_end is not None and self.arrivals >= self._awaited:  # the last batch's clients are back
+            self._return_s, self._since_end = time.monotonic() - self._since_end, None
         self._wake.set()
         return job
 
@@ -253,15 +273,30 @@ class Scheduler:
         return self.max_wait_s if self.in_flight else 0.0
 
     def _hold(self, now: float) -> bool:
-        """Whether the next batch waits for the requests of the batch that just ended. Its clients
-        send their next requests within a few milliseconds of their answers; a batch started at once
-        would run with what queued meanwhile and leave them to the one after, so that with one worker
-        and 2n clients in flight, batches of n alternate where one batch of 2n would cost a GPU about
-        the same. So after a batch that answered n items, the next one waits until n more items
-        came, for at most hold_s. Off by default: requests that do not come back when answered
-        (arrivals at random) always wait all of it, and a hold shorter than the answered clients
-        take to come back merges only some of them (BENCHMARKS.md, "The service" on a GPU)."""
+        """Whether the next batch waits for the requests of the batch that just ended (`_end_batch`)."""
         return now < self._hold_until and self.arrivals < self._awaited
+
+    def _end_batch(self, batch: list[_Item], started: float, now: float) -> None:
+        """A batch ended: whether the next one waits for its clients' next requests (the hold).
+
+        Clients in a closed loop send their next request within a few milliseconds of their answer;
+        a batch started at once runs with what queued meanwhile and leaves them to the one after,
+        so that with one worker and 2n clients, batches of n alternate where one batch of 2n would
+        cost a GPU about the same. So the next batch waits, for at most hold_s, until as many new
+        items came as this batch answered, but only where that pays: in a closed loop
+        (`closed_loop`; requests arriving at random would wait for nothing) whose clients came
+        back last time within two thirds of a batch (slower, and a batch started at once runs
+        while they come). Off by default (hold_s 0) until a GPU run measures it."""
+        level = self.queued + sum(len(b) for b in self._running.values())  # this batch still counted
+        items_of = Counter(item.job for item in batch)
+        answered = sum(n for job, n in items_of.items() if job.remaining <= n)  # of the requests it completes
+        closed = closed_loop(self._levels, level, answered)
+        self._levels.append(level)
+        if self._since_end is not None:  # the last batch's clients were not all back by now
+            self._return_s = float("inf")
+        quick = self._return_s < (now - started) * 2 / 3
+        self._awaited, self._since_end = self.arrivals + answered, now
+        self._hold_until = now + self.hold_s if closed and quick else 0.0
 
     def _ready_key(self, now: float) -> tuple[BatchKey, int] | None:
         """Among keys with a full budget or an item that has waited long enough (_wait_s) and no
@@ -375,10 +410,8 @@ class Scheduler:
         finally:
             self.in_flight -= 1
             now = time.monotonic()
-            if self.hold_s:  # the next batch waits for the requests this batch answers (the whole of their rest)
-                items_of = Counter(item.job for item in batch)
-                answered = sum(n for job, n in items_of.items() if job.remaining <= n)
-                self._awaited, self._hold_until = self.arrivals + answered, now + self.hold_s
+            if self.hold_s:
+                self._end_batch(batch, start, now)
             # the next batch goes now, before this one's results wake their requests (finishing and
             # answering them holds the event loop, ~0.5 ms a request, which the worker would spend idle),
             # and before this one's clients stop counting as in flight: they were served last, so

@@ -87,8 +87,9 @@ class Settings(BaseSettings):
     batch_hold_ms: float = Field(0, ge=0, le=1000, description="After a batch ends, longest the next batch waits for as "
                                  "many new items as it answered (its clients' next requests, which would otherwise "
                                  "wait for a whole batch more: with one GPU worker, 64 closed-loop clients make "
-                                 "alternating batches of 32). Every request arriving at random waits for it, so 0 "
-                                 "(off) until a GPU run measures it (scripts/gpu-check.sh). Batch by batch only.")
+                                 "alternating batches of 32); only where clients look like a closed loop that came "
+                                 "back quickly last time (app/scheduler.py). 0: off, until a GPU run measures it "
+                                 "(scripts/gpu-check.sh). Batch by batch only.")
     long_batch_items: int | None = Field(None, ge=0, le=100_000, description="Most sentences in a batch of a "
                                          "request too long for one batch (a file, a catalog), whose sentences then "
                                          "go in batches of their own only, so that a request sent meanwhile waits "

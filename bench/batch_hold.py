@@ -7,8 +7,8 @@ and 64 in order on an H200 took 14.1 and 17.8 ms, BENCHMARKS.md). Loads: closed 
 sends again a random turnaround after its answer, the HTTP side's time) or open loop (Poisson
 arrivals). Each row: sentences/s, mean batch, and latency from submit to answer.
 
-    .venv/bin/python bench/batch_hold.py                     # the table in BENCHMARKS.md
-    .venv/bin/python bench/batch_hold.py --holds 0,10 --loads closed:64,open:1000 --turnaround-ms 0.5,15
+    .venv/bin/python bench/batch_hold.py --holds 0,10 --loads closed:16,closed:64,closed:256,open:200,open:1000,open:2000
+    .venv/bin/python bench/batch_hold.py --holds 0,10 --loads closed:64 --turnaround-ms 0.5,15   # slow clients
 """
 
 from __future__ import annotations

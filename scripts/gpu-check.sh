@@ -13,8 +13,9 @@
 #    order of what the targets need, so that a run cut short keeps the first: as it ships (four
 #    HTTP processes in front of the one engine, NMT_HTTP_PROCESSES=4: one process's ~1 ms of CPU a
 #    request capped the last lease's service) at 64 keep-alive clients with the offline Translator
-#    on the same sentences, and again with a hold after each batch for its clients' next requests
-#    (NMT_BATCH_HOLD_MS=10, off by default: app/scheduler.py; without it batches of 32 alternate),
+#    on the same sentences, and again with a hold after each batch of a closed loop for its
+#    clients' next requests (NMT_BATCH_HOLD_MS=10, off by default: app/scheduler.py; without it
+#    batches of 32 alternate),
 #    at 256, and at 64 with every request asking for alignments; the same
 #    three with two workers on the one GPU (NMT_WORKERS=2); at 64 with the graphed search pipelined
 #    (NMT_PIPELINED_STEPS); then the running batch without the service against the Translator on

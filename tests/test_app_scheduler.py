@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from app.scheduler import SHARED_QUEUE, BatchKey, QueueFull, Scheduler
+from app.scheduler import SHARED_QUEUE, BatchKey, QueueFull, Scheduler, closed_loop
 from model.options import DecodingOptions
 
 
@@ -471,7 +471,7 @@ def test_a_client_with_many_requests_does_not_hold_back_another_clients_request(
         assert batches == [[0, 1], [2, 3], [4, 5], [100]], batches
 
 
-async def closed_loop(scheduler: Scheduler, key: BatchKey, client: int, rounds: int, think_s: float,
+async def client_loop(scheduler: Scheduler, key: BatchKey, client: int, rounds: int, think_s: float,
                       start_s: float = 0.0) -> list[float]:
     """One client sending a text, and its next one think_s after each answer: each round's seconds."""
     if start_s:
@@ -485,37 +485,69 @@ async def closed_loop(scheduler: Scheduler, key: BatchKey, client: int, rounds: 
     return took
 
 
-@pytest.mark.parametrize("hold_s", [0.0, 0.2])
-def test_with_a_hold_the_clients_a_batch_answered_go_in_the_next_batch_with_those_that_queued_meanwhile(hold_s):
-    """A GPU's worker (one slot; a batch costs the same whatever its size) and 16 clients sending
-    again 2 ms after each answer, the second 8 while the first 8's batch runs: without a hold the 8
-    that queued meanwhile start the next batch alone, and batches of 8 alternate for ever; with it
-    the next batch waits for the 8 just answered (up to hold_s) and holds all 16."""
+class TimedTranslate(FakeTranslate):
+    """FakeTranslate that also records when each batch started and ended."""
+
+    def __init__(self, delay: float):
+        super().__init__(delay)
+        self.times: list[tuple[float, float]] = []
+
+    async def __call__(self, key, sources, weights=None, deliver=None):
+        start = time.monotonic()
+        results = await super().__call__(key, sources, weights, deliver)
+        self.times.append((start, time.monotonic()))
+        return results
+
+
+def two_groups_of_eight(hold_s: float, think_s: float) -> tuple[list[int], list[tuple[float, float]]]:
+    """A GPU's worker (one slot; a batch costs 30 ms whatever its size) and 16 clients, sending
+    again think_s after each answer: 8 of 6 texts each, and 8 of 7 that start while the first 8's
+    batch runs, so without a hold batches of 8 alternate. Each batch's size, start and end."""
 
     async def main():
-        fake = FakeTranslate(delay=0.03)
+        fake = TimedTranslate(delay=0.03)
         scheduler = Scheduler(fake, slots=1, batch_tokens=10_000, max_wait_s=0.0, hold_s=hold_s)
         scheduler.start()
         key = make_key("en-de", beam_size=4)
-        await asyncio.gather(*(closed_loop(scheduler, key, c, 6, 0.002, 0.0 if c < 8 else 0.01) for c in range(16)))
+        await asyncio.gather(*(client_loop(scheduler, key, c, 6 if c < 8 else 7, think_s, 0.0 if c < 8 else 0.01)
+                               for c in range(16)))
         await scheduler.stop(1)
-        return [len(sources) for _, sources in fake.batches]
+        return [len(sources) for _, sources in fake.batches], fake.times
 
-    sizes = run(main())
+    return run(main())
+
+
+@pytest.mark.parametrize("hold_s", [0.0, 0.2])
+def test_with_a_hold_the_clients_a_batch_answered_go_in_the_next_batch_with_those_that_queued_meanwhile(hold_s):
+    """Clients that come back 2 ms after their answers: with a hold, once two batches ended with
+    the same 16 items queued or in flight (a closed loop) and the first batch's clients came back
+    quickly, the next batch waits for the 8 just answered and holds all 16."""
+    sizes, times = two_groups_of_eight(hold_s, think_s=0.002)
     if not hold_s:
-        assert set(sizes) == {8} and len(sizes) == 12, sizes
-    else:  # the last batch: the second 8's last texts, the first 8 done
-        assert sizes[0] == 8 and set(sizes[1:-1]) == {16} and sizes[-1] == 8, sizes
+        assert sizes == [8] * 13, sizes
+        return
+    # the last batch: the second 8's last texts; it waited out the hold for the first 8, who were done
+    assert sizes == [8, 8, 16, 16, 16, 16, 16, 8], sizes
+    waited = times[-1][0] - times[-2][1]
+    assert hold_s - 0.02 <= waited < hold_s + 0.15, waited
+
+
+def test_clients_that_come_back_slowly_are_not_held():
+    """Clients that come back 25 ms after their answers, most of a 30 ms batch: waiting for them
+    would cost more than the next batch, which runs meanwhile; batches of 8 alternate as without
+    a hold."""
+    sizes, _ = two_groups_of_eight(0.2, think_s=0.025)
+    assert sizes == [8] * 13, sizes
 
 
 def test_a_lone_client_is_not_held():
-    """After a batch that answered one request, the next request it brings starts the next batch
-    at once: the hold waits for as many new items as the batch answered, not for all of hold_s."""
+    """A batch of one answered request is no closed loop worth waiting for: the hold needs 8
+    answered items, so a client alone never waits for it."""
 
     async def main():
         scheduler = Scheduler(FakeTranslate(delay=0.01), slots=1, batch_tokens=10_000, max_wait_s=0.0, hold_s=0.5)
         scheduler.start()
-        took = await closed_loop(scheduler, make_key("en-de"), 1, 5, 0.002)
+        took = await client_loop(scheduler, make_key("en-de"), 1, 5, 0.002)
         await scheduler.stop(1)
         return took
 
@@ -523,24 +555,15 @@ def test_a_lone_client_is_not_held():
     assert max(took) < 0.25, took  # a held request would take hold_s (0.5 s) more
 
 
-def test_a_hold_lasts_at_most_hold_s():
-    """The client of the first batch never comes back: the item queued meanwhile starts when
-    hold_s has passed since that batch ended."""
+def test_a_closed_loop_keeps_its_count_where_random_arrivals_come_and_go():
+    """What the hold takes for a closed loop of clients: the items queued or in flight at a batch's
+    end as at the one before, and as high as at the last batches' ends, with 8 answered or more."""
+    from collections import deque
 
-    async def main():
-        fake = FakeTranslate(delay=0.05)
-        scheduler = Scheduler(fake, slots=1, batch_tokens=10_000, max_wait_s=0.0, hold_s=0.1)
-        scheduler.start()
-        key = make_key("en-de")
-        first = scheduler.submit(key, [sentence(1)])
-        await asyncio.sleep(0.01)
-        second = scheduler.submit(key, [sentence(2)])
-        await first.future
-        ended = time.monotonic()
-        await second.future
-        await scheduler.stop(1)
-        return time.monotonic() - ended, [len(sources) for _, sources in fake.batches]
-
-    second_took, sizes = run(main())
-    assert sizes == [1, 1]
-    assert 0.1 + 0.05 - 0.02 <= second_took < 0.1 + 0.05 + 0.15, second_took  # the hold, then its batch
+    assert closed_loop(deque([64, 64, 64]), 64, answered=32)
+    assert closed_loop(deque([60, 61, 64]), 64, answered=64)  # clients still coming back, then all in
+    assert not closed_loop(deque(), 64, answered=32)  # the first batch: nothing to compare with
+    assert not closed_loop(deque([12, 18, 9, 15]), 14, answered=12)  # random arrivals: the count moves
+    assert not closed_loop(deque([12, 18, 9, 15]), 18, answered=12)  # as high as ever, once
+    assert not closed_loop(deque([12, 18, 9, 15]), 15, answered=12)  # twice the same, below the highest
+    assert not closed_loop(deque([4, 4, 4]), 4, answered=4)  # a few clients alone

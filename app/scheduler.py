@@ -152,7 +152,6 @@ class Scheduler:
         self._task: asyncio.Task | None = None
         self._running: dict[asyncio.Task, list[_Item]] = {}  # batches in flight
         self.client_in_flight: Counter[str] = Counter()  # items in batches in flight, by client
-        # items submitted so far; after a batch ends, the count the next batch waits for and until when
         # the hold (_end_batch): items submitted so far; the count the next batch waits for and until
         # when; items queued or in flight at the last batches' ends; since when the last batch's
         # clients are awaited (None: all back), and how long they took to come back the last time

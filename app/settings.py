@@ -89,7 +89,7 @@ class Settings(BaseSettings):
                                  "wait for a whole batch more: with one GPU worker, 64 closed-loop clients make "
                                  "alternating batches of 32); only where clients look like a closed loop that came "
                                  "back quickly last time (app/scheduler.py). 0: off, until a GPU run measures it "
-                                 "(scripts/gpu-check.sh). Batch by batch only.")
+                                 "(scripts/gpu-check.sh). Batch by batch with one worker only.")
     long_batch_items: int | None = Field(None, ge=0, le=100_000, description="Most sentences in a batch of a "
                                          "request too long for one batch (a file, a catalog), whose sentences then "
                                          "go in batches of their own only, so that a request sent meanwhile waits "

@@ -1,6 +1,7 @@
 """The scheduler's hold after a batch (NMT_BATCH_HOLD_MS) against a GPU-like worker, without a GPU.
 
-The real Scheduler (app/scheduler.py) with one slot, as a GPU's one worker, and a fake worker
+The real Scheduler (app/scheduler.py) with one slot, as a GPU's one worker (`--workers N`: N
+slots, as N GPUs, the worker's batches independent of each other's), and a fake worker
 whose batch costs what a GPU's costs the host: a fixed part (launches, syncs, read-back) and a
 little more per sentence, by default 12 ms + 0.1 ms a sentence (the shipped model's batches of 32
 and 64 in order on an H200 took 14.1 and 17.8 ms, BENCHMARKS.md). Loads: closed loop (each client
@@ -67,8 +68,8 @@ async def one_run(args, load: str, hold_ms: float) -> str:
         await asyncio.sleep((args.base_ms + args.per_item_ms * len(sources)) / 1000)
         return [None] * len(sources)
 
-    scheduler = Scheduler(worker, slots=1, batch_tokens=32768, max_wait_s=0.005, hold_s=hold_ms / 1000,
-                          on_batch=lambda key, items, tokens: batches.append(items))
+    scheduler = Scheduler(worker, slots=args.workers, batch_tokens=32768, max_wait_s=0.005, hold_s=hold_ms / 1000,
+                          on_batch=lambda key, items, tokens: batches.append(items), share_among=args.workers)
     scheduler.start()
     latencies: list[float] = []
     start = time.monotonic()
@@ -99,10 +100,11 @@ def main() -> None:
     parser.add_argument("--per-item-ms", type=float, default=0.1, help="its cost per sentence")
     parser.add_argument("--turnaround-ms", default="0.5,8", help="closed loop: a client's time from answer to "
                         "its next request, uniform between these")
+    parser.add_argument("--workers", type=int, default=1, help="worker slots (a GPU each, or NMT_WORKERS on one)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     random.seed(args.seed)
-    print(f"one worker, a batch {args.base_ms:g} ms + {args.per_item_ms:g} ms a sentence, max_wait 5 ms, "
+    print(f"{args.workers} worker(s), a batch {args.base_ms:g} ms + {args.per_item_ms:g} ms a sentence, max_wait 5 ms, "
           f"{args.seconds:g} s a row; closed-loop turnaround {args.turnaround_ms} ms")
     print("| load | hold ms | sentences/s | mean batch | p50 ms | p99 ms |")
     print("|---|---:|---:|---:|---:|---:|")

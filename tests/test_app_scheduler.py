@@ -567,3 +567,13 @@ def test_a_closed_loop_keeps_its_count_where_random_arrivals_come_and_go():
     assert not closed_loop(deque([12, 18, 9, 15]), 18, answered=12)  # as high as ever, once
     assert not closed_loop(deque([12, 18, 9, 15]), 15, answered=12)  # twice the same, below the highest
     assert not closed_loop(deque([4, 4, 4]), 4, answered=4)  # a few clients alone
+
+
+def test_the_hold_is_for_one_worker_slot():
+    """With several slots batches overlap, and a free slot takes what queued while another runs."""
+
+    async def main():
+        return [Scheduler(FakeTranslate(), slots=n, batch_tokens=100, max_wait_s=0.0, hold_s=0.01).hold_s
+                for n in (1, 2)]
+
+    assert run(main()) == [0.01, 0.0]

@@ -67,14 +67,19 @@ def test_the_wait_for_company_follows_the_device_unless_set():
     assert Settings(max_wait_ms=3).batch_wait_s("cpu") == 0.003 == Settings(max_wait_ms=3).batch_wait_s("cuda")
 
 
-def test_the_hold_after_a_batch_is_off_unless_set_and_never_with_running_batches(monkeypatch):
+def test_the_hold_after_a_batch_is_off_unless_set_and_only_batch_by_batch_with_one_worker(monkeypatch):
     from app.engine import Engine
     from app.metrics import Metrics
 
     monkeypatch.delenv("NMT_BATCH_HOLD_MS", raising=False)
-    assert Engine(Settings(device="cpu"), {}, Metrics()).scheduler.hold_s == 0.0
-    assert Engine(Settings(device="cpu", batch_hold_ms=7), {}, Metrics()).scheduler.hold_s == 0.007
-    assert Engine(Settings(device="cpu", batch_hold_ms=7, running_batch="true"), {}, Metrics()).scheduler.hold_s == 0.0
+
+    def hold_s(**settings) -> float:
+        return Engine(Settings(device="cpu", **settings), {}, Metrics()).scheduler.hold_s
+
+    assert hold_s(workers=1) == 0.0
+    assert hold_s(workers=1, batch_hold_ms=7) == 0.007
+    assert hold_s(workers=1, batch_hold_ms=7, running_batch="true") == 0.0
+    assert hold_s(workers=2, batch_hold_ms=7) == 0.0
 
 
 def test_a_long_requests_batches_are_short_on_the_cpu_unless_set():

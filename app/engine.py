@@ -116,7 +116,7 @@ class Engine:
             batch_timeout_s=s.request_timeout_s + 30, start_timeout_s=s.worker_start_timeout_s,
             fault_injection=s.fault_injection, max_loaded=s.max_loaded_models, shortlist=s.shortlist, running=running,
             running_slots=s.running_slots, running_join=(s.running_join_group, s.running_join_wait),
-            running_bytes=s.running_bytes, pipelined_steps=s.pipelined_steps,
+            running_bytes=s.running_bytes, pipelined_steps=s.pipelined_steps, nice=s.worker_niceness(self.device_kind),
             on_busy=lambda index, seconds: metrics.worker_busy.labels(str(index)).inc(seconds))
         # batch by batch: a job per worker at a time, items waiting max_wait for company; running
         # batches: jobs go at once, a few per worker in flight (the rest wait here, under the queue limit)

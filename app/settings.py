@@ -95,6 +95,11 @@ class Settings(BaseSettings):
                                          "go in batches of their own only, so that a request sent meanwhile waits "
                                          "for a short batch, not a full one; 0: no limit. Unset: 8 on the CPU (where "
                                          "a batch of 8 costs no more a sentence than one of 32), none on a GPU.")
+    worker_nice: int | None = Field(None, ge=0, le=19, description="How much lower the workers' CPU priority is "
+                                    "than the server's (Unix niceness added to theirs), so that on a busy CPU the "
+                                    "HTTP processes (requests read, rejected, answered; /health, /metrics) run as "
+                                    "soon as they have work instead of waiting behind decoding. Unset: 5 on the "
+                                    "CPU, 0 on a GPU (where a worker's thread keeps the GPU fed).")
     max_items: int = Field(64, ge=1, description="Most texts in one request.")
     max_chars: int = Field(5000, ge=1, description="Most characters in one text (the model's token limit applies "
                            "too).")
@@ -269,6 +274,12 @@ class Settings(BaseSettings):
         if self.long_batch_items is not None:
             return self.long_batch_items
         return 0 if device_kind == "cuda" else 8
+
+    def worker_niceness(self, device_kind: str) -> int:
+        """worker_nice, or its default for the device kind ('cpu' or 'cuda')."""
+        if self.worker_nice is not None:
+            return self.worker_nice
+        return 0 if device_kind == "cuda" else 5
 
     def runs_batches(self) -> bool:
         """Whether the workers keep running batches (running_batch, 'auto' made concrete: where running

@@ -126,6 +126,7 @@ class WorkerPool:
     running_slots: int = 64  # sentences in one running batch
     running_join: tuple[int, int] = (1, 0)  # sentences join a running batch in groups: (group, steps waited at most)
     running_bytes: int = 0  # the running batches' buffers together (0: model/running.py's default)
+    nice: int = 0  # niceness the workers add to the server's (lower CPU priority)
     on_busy: Any = None  # callable(worker index, seconds) after every batch, or busy spell with running batches
     workers: list[Worker] = field(init=False)
 
@@ -186,7 +187,7 @@ class WorkerPool:
             target=_worker_entry, name=f"nmt-worker-{w.index}", daemon=True,
             args=(child, self.models, w.device, self.dtype, self.threads, self.batch_tokens, self.fault_injection,
                   self.max_loaded, self.shortlist, self.running, self.running_slots, self.running_join,
-                  self.running_bytes, self.pipelined_steps))
+                  self.running_bytes, self.pipelined_steps, self.nice))
         w.process.start()
         child.close()  # so that recv sees EOF when the process dies
         loop = asyncio.get_running_loop()

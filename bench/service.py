@@ -17,7 +17,9 @@ and with all cores, and on a CPU also as `nmt translate --parallel N` does (N ba
 thread each, N the cores), for comparison. Tokens are source tokens (EOS included), counted with the
 model's tokenizer. The clients share the machine with the server: on few cores they take a
 visible part of it. The clients repeat sentences, so a started server runs without its
-translation cache (NMT_CACHE=false); a server given with --url runs as it is configured.
+translation cache (NMT_CACHE=false); a server given with --url runs as it is configured. With
+--health a process of its own polls the first server's /health every 20 ms meanwhile (how fast the
+server answers what is not a translation while it decodes).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import random
 import socket
@@ -102,6 +105,24 @@ def start_server(args, redis_url: str | None) -> tuple[subprocess.Popen, str]:
         process.terminate()
         sys.exit(f"server not ready (exit code {process.poll()})")
     return process, url
+
+
+def poll_health(url: str, stop, out) -> None:
+    """In a process of its own (the load's event loop would delay it): GET url/health every 20 ms,
+    one keep-alive connection, until `stop` is set; puts the latencies (s) in `out`."""
+    import http.client
+
+    host, port = url.split("//", 1)[1].rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    latencies = []
+    while not stop.is_set():
+        start = time.perf_counter()
+        connection.request("GET", "/health")
+        connection.getresponse().read()
+        latencies.append(time.perf_counter() - start)
+        stop.wait(0.02)
+    connection.close()
+    out.put(latencies)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -255,6 +276,11 @@ async def load_test(urls: list[str], sentences: list[str], pair: dict, args, ser
             for i in range(4):  # warm-up: first-call costs stay out of the numbers
                 await http.post(f"{url}/v1/translate", json=body(i))
         before = await metrics(http)
+        if args.health:
+            spawn = multiprocessing.get_context("spawn")
+            stop_polling, polled = spawn.Event(), spawn.Queue()
+            poller = spawn.Process(target=poll_health, args=(urls[0], stop_polling, polled), daemon=True)
+            poller.start()
         cpu_before = (time.process_time(), server_cpu())
         start = time.perf_counter()
         stop_at = start + args.seconds
@@ -266,6 +292,11 @@ async def load_test(urls: list[str], sentences: list[str], pair: dict, args, ser
         elapsed = time.perf_counter() - start
         cpu = {"clients": time.process_time() - cpu_before[0]}
         cpu.update({k: v - cpu_before[1][k] for k, v in server_cpu().items()})
+        health = []
+        if args.health:
+            stop_polling.set()
+            health = polled.get(timeout=120)
+            poller.join(10)
         after = await metrics(http)
     batches = metric(after, "nmt_batch_size_count") - metric(before, "nmt_batch_size_count")
     items = metric(after, "nmt_batch_size_sum") - metric(before, "nmt_batch_size_sum")
@@ -276,7 +307,7 @@ async def load_test(urls: list[str], sentences: list[str], pair: dict, args, ser
         count = metric(after, f"{name}_count") - metric(before, f"{name}_count")
         return 1000 * (metric(after, f"{name}_sum") - metric(before, f"{name}_sum")) / count if count else 0.0
 
-    return {"elapsed": elapsed, "latencies": latencies, "sent": sent, "errors": errors,
+    return {"elapsed": elapsed, "latencies": latencies, "sent": sent, "errors": errors, "health": health,
             "mean_batch": items / batches if batches else 0.0, "busy_s": busy, "padded_tokens": padded, "cpu": cpu,
             "queue_wait_ms": mean_ms("nmt_queue_wait_seconds"), "compute_ms": mean_ms("nmt_compute_seconds")}
 
@@ -341,6 +372,8 @@ def main() -> None:
     p.add_argument("--alignments", action="store_true", help="every request asks for its attention alignments "
                    "(stored by the server: NMT_ALIGNMENT_STORE)")
     p.add_argument("--running-batch", choices=["auto", "true", "false"], help="NMT_RUNNING_BATCH")
+    p.add_argument("--health", action="store_true", help="poll the first server's /health every 20 ms during "
+                   "the load, from a process of its own, and print its latencies")
     p.add_argument("--json", help="also write the numbers here")
     args = p.parse_args()
 
@@ -405,6 +438,10 @@ def main() -> None:
     print("CPU cores used meanwhile: " + ", ".join(f"{k} {v / run['elapsed']:.2f}" for k, v in run["cpu"].items())
           + f" (of {os.cpu_count()}); CPU ms a request: "
           + ", ".join(f"{k} {1000 * v / max(done, 1):.2f}" for k, v in run["cpu"].items()))
+    health = sorted(1000 * x for x in run["health"])
+    if health:
+        print(f"/health meanwhile ({len(health)} polls, every 20 ms, from a process of its own): p50 "
+              f"{percentile(health, 50):.1f} ms, p99 {percentile(health, 99):.1f} ms, longest {health[-1]:.1f} ms")
     print("| run | sentences/s | source tokens/s | p50 ms | p95 ms | p99 ms |")
     print("|---|---:|---:|---:|---:|---:|")
     fmt = lambda v, d=1: "" if v is None else f"{v:.{d}f}"  # noqa: E731
@@ -427,6 +464,7 @@ def main() -> None:
         Path(args.json).write_text(json.dumps({"rows": rows, "mean_batch": run["mean_batch"], "busy_s": run["busy_s"],
                                                "queue_wait_ms": run["queue_wait_ms"], "compute_ms": run["compute_ms"],
                                                "errors": run["errors"], "args": vars(args),
+                                               "health_ms": health,
                                                "sentences": sentences_used(args.data, sentences),
                                                # (sentence index, latency s) of every answered request
                                                "requests": list(zip(run["sent"], run["latencies"]))}, indent=2))

@@ -5,6 +5,7 @@ schema survives schemathesis without a 5xx (while /health answers within 100 ms)
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import signal
 import socket
@@ -85,6 +86,18 @@ def test_concurrent_mixed_requests_each_get_their_own_translation(server, tiny_c
     singles = float(re.search(r'nmt_batch_size_bucket\{le="1.0"\} (\S+)', metrics).group(1))
     batches = float(re.search(r"nmt_batch_size_count (\S+)", metrics).group(1))
     assert batches > singles, "no batch held more than one item"
+
+
+def test_the_workers_yield_the_cpu_to_the_http_process(server):
+    """On the CPU the workers run at 5 more niceness than the server (NMT_WORKER_NICE's default), so
+    that requests and /health are served at once on a CPU busy decoding."""
+    _, process = server
+    tasks = Path(f"/proc/{process.pid}/task")
+    children = [int(c) for task in tasks.iterdir() for c in (task / "children").read_text().split()]
+    workers = [c for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    assert len(workers) == 2, children  # NMT_WORKERS=2 (not multiprocessing's resource tracker)
+    server_nice = os.getpriority(os.PRIO_PROCESS, process.pid)
+    assert [os.getpriority(os.PRIO_PROCESS, w) for w in workers] == [min(19, server_nice + 5)] * 2
 
 
 def test_libretranslate_auto_source_with_one_source_language(server, tiny_checkpoint):

@@ -88,6 +88,14 @@ def test_a_long_requests_batches_are_short_on_the_cpu_unless_set():
     assert Settings(long_batch_items=16).long_job_batch_items("cuda") == 16
 
 
+def test_the_workers_niceness_defaults_by_device():
+    assert Settings().worker_niceness("cpu") == 5 and Settings().worker_niceness("cuda") == 0
+    assert Settings(worker_nice=0).worker_niceness("cpu") == 0
+    assert Settings(worker_nice=3).worker_niceness("cuda") == 3
+    with pytest.raises(ValueError):
+        Settings(worker_nice=20)
+
+
 def test_cors_preflight():
     app = create_app(Settings(model_dirs=["/nonexistent"], cors_origins=["https://ui.example"]))
     client = TestClient(app)  # no lifespan: the preflight needs no model

@@ -96,10 +96,11 @@ def test_bench_through_nginx_and_two_replicas_runs_clean(tiny_checkpoint, tmp_pa
         report = tmp_path / "bench.json"
         run = subprocess.run([sys.executable, str(ROOT / "bench/service.py"), "--model", str(tiny_checkpoint),
                               "--url", url, "--clients", "8", "--seconds", "4", "--limit", "20", "--no-offline",
-                              "--json", str(report)], capture_output=True, text=True, timeout=300)
+                              "--health", "--json", str(report)], capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stdout + run.stderr
         numbers = json.loads(report.read_text())
         assert numbers["errors"] == {} and numbers["rows"][0]["sentences_per_s"] > 0, numbers
+        assert len(numbers["health_ms"]) > 20, numbers["health_ms"]  # /health polled through nginx meanwhile
         # both replicas took requests: round robin, no stickiness needed
         served = [httpx.get(f"{u}/metrics").text.count('route="/v1/translate",status="200"') for u, _ in replicas]
         assert all(served), served

@@ -109,20 +109,23 @@ def start_server(args, redis_url: str | None) -> tuple[subprocess.Popen, str]:
 
 def poll_health(url: str, stop, out) -> None:
     """In a process of its own (the load's event loop would delay it): GET url/health every 20 ms,
-    one keep-alive connection, until `stop` is set; puts the latencies (s) in `out`."""
+    one keep-alive connection, until `stop` is set; puts the latencies (s) in `out`, or, should a poll
+    fail, those before it."""
     import http.client
 
     host, port = url.split("//", 1)[1].rsplit(":", 1)
     connection = http.client.HTTPConnection(host, int(port), timeout=60)
     latencies = []
-    while not stop.is_set():
-        start = time.perf_counter()
-        connection.request("GET", "/health")
-        connection.getresponse().read()
-        latencies.append(time.perf_counter() - start)
-        stop.wait(0.02)
-    connection.close()
-    out.put(latencies)
+    try:
+        while not stop.is_set():
+            start = time.perf_counter()
+            connection.request("GET", "/health")
+            connection.getresponse().read()
+            latencies.append(time.perf_counter() - start)
+            stop.wait(0.02)
+    finally:
+        connection.close()
+        out.put(latencies)
 
 
 def cpu_seconds(pid: int) -> float:

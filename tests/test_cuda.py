@@ -85,6 +85,24 @@ def test_cuda_graphs_decode_what_the_eager_step_decodes(tiny_sentinel_checkpoint
         assert same >= 0.99 * total, f"{same} of {total} sentences decode the same"
 
 
+def test_the_pipelined_graphed_search_decodes_what_the_eager_step_decodes(tiny_sentinel_checkpoint):
+    """NMT_PIPELINED_STEPS on a GPU: the host reads each step's flags from pinned memory behind the
+    next step (GraphedBeamSearch.pipelined); in float32 every sentence the same as the eager step."""
+    eager = Translator.load(tiny_sentinel_checkpoint, device="cuda", dtype="float32", cuda_graphs=False)
+    pipelined = Translator.load(tiny_sentinel_checkpoint, device="cuda", dtype="float32", pipelined_steps=True)
+    assert pipelined.graphed_search.pipelined and pipelined.graphed_search.capture
+    sources = many_sentences()
+    for beam, attention in ((1, False), (4, False), (4, True)):
+        a = eager.translate(sources, beam_size=beam, n_best=beam, attention=attention, batch_tokens=2048)
+        b = pipelined.translate(sources, beam_size=beam, n_best=beam, attention=attention, batch_tokens=2048)
+        assert [[h.token_ids for h in r.hypotheses] for r in b] == [[h.token_ids for h in r.hypotheses] for r in a]
+        for ra, rb in zip(a, b):
+            torch.testing.assert_close(torch.tensor([h.score for h in rb.hypotheses]),
+                                       torch.tensor([h.score for h in ra.hypotheses]), atol=1e-4, rtol=0)
+            if attention:
+                torch.testing.assert_close(rb.hypotheses[0].attention, ra.hypotheses[0].attention, atol=1e-4, rtol=0)
+
+
 def test_a_running_batch_on_the_gpu_decodes_each_sentence_as_it_decodes_alone(tiny_sentinel_checkpoint):
     """model/running.py with its step and its joins captured: sentences join a running batch
     mid-way and leave when done, each with the hypotheses beam_search gives it alone (float32)."""

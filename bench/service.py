@@ -17,9 +17,10 @@ and with all cores, and on a CPU also as `nmt translate --parallel N` does (N ba
 thread each, N the cores), for comparison. Tokens are source tokens (EOS included), counted with the
 model's tokenizer. The clients share the machine with the server: on few cores they take a
 visible part of it. The clients repeat sentences, so a started server runs without its
-translation cache (NMT_CACHE=false); a server given with --url runs as it is configured. With
---health a process of its own polls the first server's /health every 20 ms meanwhile (how fast the
-server answers what is not a translation while it decodes).
+translation cache (NMT_CACHE=false), and with --alignments without a client's quota of stored
+alignments (NMT_CLIENT_ALIGNMENT_BYTES=0: the clients share one address); a server given with --url
+runs as it is configured. With --health a process of its own polls the first server's /health
+every 20 ms meanwhile (how fast the server answers what is not a translation while it decodes).
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ def start_server(args, redis_url: str | None) -> tuple[subprocess.Popen, str]:
             env[f"NMT_{name.upper()}"] = str(value)
     env.setdefault("NMT_MAX_QUEUE_ITEMS", str(max(4096, 4 * args.clients)))
     env.setdefault("NMT_CACHE", "false")  # the clients repeat sentences: measure decoding, not the cache
+    if args.alignments:  # the clients share one address, whose quota of stored alignments would soon answer 429
+        env.setdefault("NMT_CLIENT_ALIGNMENT_BYTES", "0")
     if args.no_shortlist:
         env["NMT_SHORTLIST"] = "false"
     if redis_url:

@@ -442,7 +442,7 @@ def main() -> None:
     print(f"in the server, per request: mean queue wait {run['queue_wait_ms']:.0f} ms (arrival to its batch's start), "
           f"mean compute {run['compute_ms']:.0f} ms (to its last result)")
     print("CPU cores used meanwhile: " + ", ".join(f"{k} {v / run['elapsed']:.2f}" for k, v in run["cpu"].items())
-          + f" (of {os.cpu_count()}); CPU ms a request: "
+          + f" (of {os.cpu_count()}); CPU ms a request answered 200{' (errors cost CPU too)' if run['errors'] else ''}: "
           + ", ".join(f"{k} {1000 * v / max(done, 1):.2f}" for k, v in run["cpu"].items()))
     health = sorted(1000 * x for x in run["health"])
     if health:

@@ -29,5 +29,6 @@ def test_gpu_check_checks_itself_without_cuda(tmp_path):
     running = (tmp_path / "running-engine.txt").read_text()
     assert "| running batch, closed loop, join 1:0 |" in running and "| RunningBatch.step |" in running, running
     collected = (tmp_path / "cuda-tests-collected.txt").read_text()
-    assert "11 tests collected" in collected and "test_cuda_graphs_decode_what_the_eager_step_decodes[float16]" in collected
+    assert "12 tests collected" in collected and "test_cuda_graphs_decode_what_the_eager_step_decodes[float16]" in collected
+    assert "test_the_pipelined_graphed_search_decodes_what_the_eager_step_decodes" in collected
     assert "test_decoding_never_runs_cudnns_attention[running batches]" in collected

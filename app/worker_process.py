@@ -72,10 +72,10 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
                 pipelined_steps: bool = False, nice: int = 0) -> None:
     """Process entry point: load the models (all, or the first max_loaded), then decode jobs until
     told to stop; every "ok" reply says which models it holds. running: step-level batching, at
-    most running_slots sentences in a running batch, joining it in groups as running_join says, the
-    batches' buffers within running_bytes (0: RunningBatches' default)
-    (RunningBatches' join_group, join_wait). nice: niceness added to the server's, so that decoding
-    yields the CPU to the HTTP processes whenever they have work."""
+    most running_slots sentences in a running batch, joining it in groups as running_join says
+    (RunningBatches' join_group, join_wait), the batches' buffers within running_bytes (0:
+    RunningBatches' default). nice: niceness added to the server's, so that decoding yields the CPU
+    to the HTTP processes whenever they have work."""
     # Ctrl-C reaches the whole process group; the server decides when workers stop, after
     # finishing in-flight work.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -15,9 +15,9 @@
 #    request capped the last lease's service) at 64 keep-alive clients with the offline Translator
 #    on the same sentences, and again with a hold after each batch of a closed loop for its
 #    clients' next requests (NMT_BATCH_HOLD_MS=10, off by default: app/scheduler.py; without it
-#    batches of 32 alternate),
-#    at 256, and at 64 with every request asking for alignments; the same
-#    three with two workers on the one GPU (NMT_WORKERS=2); at 64 with the graphed search pipelined
+#    batches of 32 alternate), at 256, and at 64 with every request asking for alignments (the
+#    bench's server without a client's quota of them); the same three with two workers on the
+#    one GPU (NMT_WORKERS=2); at 64 with the graphed search pipelined
 #    (NMT_PIPELINED_STEPS); then the running batch without the service against the Translator on
 #    the same sentences, where its time goes, and its profile (bench/running.py); then running
 #    batches in the service (NMT_RUNNING_BATCH=true, joining in groups of 8 or after 2 steps at 64
@@ -93,15 +93,14 @@ service() {  # service NAME CLIENTS WORKERS [OPTIONS...]
 service service-64-p4 64 1 --http-processes 4
 SERVICE_ENV=NMT_BATCH_HOLD_MS=10 service service-64-p4-hold 64 1 --http-processes 4 --no-offline
 service service-256-p4 256 1 --http-processes 4 --no-offline
-SERVICE_ENV=NMT_CLIENT_ALIGNMENT_BYTES=0 service service-64-alignments-p4 64 1 --alignments --http-processes 4 --no-offline
+service service-64-alignments-p4 64 1 --alignments --http-processes 4 --no-offline
 # two workers on the one GPU (NMT_WORKERS=2): one worker runs a batch at a time, each step a graph
 # replay and a host sync, the GPU idle while the host works; the GPU
 # time-slices between processes (their kernels never overlap), so a second process gains only
 # what its kernels find of those idle gaps
 service service-64-p4-w2 64 2 --http-processes 4 --no-offline
 service service-256-p4-w2 256 2 --http-processes 4 --no-offline
-SERVICE_ENV=NMT_CLIENT_ALIGNMENT_BYTES=0 service service-64-alignments-p4-w2 64 2 --alignments --http-processes 4 \
-  --no-offline
+service service-64-alignments-p4-w2 64 2 --alignments --http-processes 4 --no-offline
 # the graphed search pipelined (NMT_PIPELINED_STEPS: the host reads a step's flags while the next runs)
 SERVICE_ENV=NMT_PIPELINED_STEPS=true service service-64-p4-pipelined 64 1 --http-processes 4 --no-offline
 step running-engine 150 "$PY" bench/running.py --model checkpoints/en-de --device cuda --sentences 2000 \

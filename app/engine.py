@@ -8,7 +8,7 @@ when the hypotheses come back. Where the engine lives is the operator's choice (
   process of its own (`engine_main`) and each HTTP process talks to it through `RemoteEngine`, over
   a Unix socket in a directory only this user can enter. One GPU worker then batches the requests of
   every HTTP process, while their HTTP and text work (~1 ms of CPU a request) spreads over as many
-  cores. Both ends are ours: frames are pickles, as on the worker pipes (app/pipe.py).
+  cores. Both ends are ours: messages are framed pickles, as on the worker sockets (app/pipe.py).
 
 Over the socket the HTTP process sends ("submit", number, key, sources, weights, client) and ("cancel",
 number); the engine answers ("done", number, results, started, finished) or ("failed", number,
@@ -32,13 +32,12 @@ import glob
 import itertools
 import logging
 import os
-import pickle
 import signal
-import struct
 from dataclasses import dataclass, fields
 
 from app.language import DetectionUnavailable, LanguageDetector
 from app.metrics import Metrics
+from app.pipe import read_message, write_message
 from app.scheduler import BatchKey, Job, QueueFull, Scheduler, ShuttingDown
 from app.settings import Settings
 from app.storage import MemoryStorage, RemoteStorage, StorageUnavailable, open_storage
@@ -166,16 +165,6 @@ class Engine:
 # --- the engine in a process of its own, and the HTTP processes' end of its socket ---
 
 
-def _frame(message) -> bytes:
-    body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    return struct.pack("!Q", len(body)) + body
-
-
-async def _read_frame(reader: asyncio.StreamReader):
-    (length,) = struct.unpack("!Q", await reader.readexactly(8))
-    return pickle.loads(await reader.readexactly(length))
-
-
 class _Client:
     """One HTTP process, as the engine process sees it: its jobs in flight, by its numbers."""
 
@@ -190,7 +179,7 @@ class _Client:
 
     def send(self, message) -> None:
         if not self.writer.is_closing():
-            self.writer.write(_frame(message))
+            write_message(self.writer, message)
 
     def send_status(self, status: EngineStatus) -> None:
         if status != self.status:
@@ -278,7 +267,7 @@ async def run_engine(settings: Settings, socket_path: str, parent) -> None:
         client.send_status(engine.status())
         try:
             while True:
-                client.take(await _read_frame(reader))
+                client.take(await read_message(reader))
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
@@ -404,7 +393,7 @@ class RemoteEngine:
             delay = 0.05
             try:
                 while True:
-                    self._take(await _read_frame(reader))
+                    self._take(await read_message(reader))
             except (asyncio.IncompleteReadError, ConnectionError):
                 log.error("the engine process closed its socket; reconnecting")
             self._drop_connection("the engine process went away")
@@ -454,7 +443,7 @@ class RemoteEngine:
             raise WorkerError(self._status.reason or "the engine process is not connected")
         job = _RemoteJob(next(self._numbers), key, sources, weights)
         self._jobs[job.number] = job
-        self._writer.write(_frame(("submit", job.number, key, sources, weights, client)))
+        write_message(self._writer, ("submit", job.number, key, sources, weights, client))
         return job
 
     async def detect(self, texts: list[str]) -> list[list[tuple[str, float]]]:
@@ -479,7 +468,7 @@ class RemoteEngine:
         number = next(self._numbers)
         answer = asyncio.get_running_loop().create_future()
         self._asked[number] = (answer, error)
-        self._writer.write(_frame((kind, number, *arguments)))
+        write_message(self._writer, (kind, number, *arguments))
         try:
             return await answer
         finally:
@@ -488,7 +477,7 @@ class RemoteEngine:
     def cancel(self, job: _RemoteJob) -> None:
         job.future.cancel()
         if self._jobs.pop(job.number, None) is not None and self._writer is not None:
-            self._writer.write(_frame(("cancel", job.number)))
+            write_message(self._writer, ("cancel", job.number))
 
     def status(self) -> EngineStatus:
         return self._status

@@ -7,34 +7,33 @@ and a crash (segfault, OOM kill, CUDA error) takes down one replica, which is re
 server. Processes are spawned (fork is unsafe with CUDA and with torch's thread pools).
 
 The process itself is app/worker_process.py, the only place torch is imported. Each worker
-talks to the server over a pipe (app/pipe.py). The server side, WorkerPool, turns a worker's
-exception into an error for that job only; a worker that dies or hangs is replaced, and
-`status()` says so meanwhile. Two ways to use a worker:
+talks to the server over a socket pair (app/pipe.py), whose server end the event loop reads and
+writes itself: a worker's answer wakes the request it completes without a thread in between. The
+server side, WorkerPool, turns a worker's exception into an error for that job only; a worker that
+dies or hangs is replaced, and `status()` says so meanwhile. Two ways to use a worker:
 
 - batch by batch (the CPU default): each job goes to an idle worker, which decodes it whole and
   answers it; the worker is the job's alone meanwhile;
 - running batches (`running=True`, the CUDA default; model/running.py): jobs go to the worker
   with the fewest sentences in flight while it runs others, their sentences join its running
   batches at step boundaries, and each sentence is answered (`deliver`) as soon as it is done.
-  A thread per worker reads its answers and hands them to the event loop. A job cancelled here
-  (its requests gone) is cancelled in the worker too.
+  A task per worker reads its answers. A job cancelled here (its requests gone) is cancelled in
+  the worker too.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import multiprocessing
-import threading
+import socket
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.pipe import receive_message, send_message
+from app.pipe import STREAM_LIMIT, read_message, write_message
 from app.scheduler import BatchKey
 
 log = logging.getLogger("uvicorn.error")
@@ -88,7 +87,8 @@ class Worker:
     loaded: list[str] = field(default_factory=list)  # the models it holds now (NMT_MAX_LOADED_MODELS)
     restarts: int = 0
     process: Any = None
-    conn: Any = None
+    reader: asyncio.StreamReader | None = None  # the server's end of its socket (a new one each start)
+    writer: asyncio.StreamWriter | None = None
     busy_seconds: float = 0.0
     batches: int = 0
     jobs: dict[int, _Job] = field(default_factory=dict)  # running batches: the jobs in flight, by id
@@ -103,10 +103,6 @@ class Worker:
     @property
     def alive(self) -> bool:
         return self.state in ("idle", "busy")
-
-    def roundtrip(self, message):
-        send_message(self.conn, message)
-        return receive_message(self.conn)
 
 
 @dataclass
@@ -133,14 +129,11 @@ class WorkerPool:
     def __post_init__(self):
         self.workers = [Worker(i, d) for i, d in enumerate(self.devices)]
         self._idle: asyncio.Queue[Worker] = asyncio.Queue()
-        # one thread per worker blocks on its pipe, so the event loop never does
-        self._io = ThreadPoolExecutor(max_workers=len(self.workers), thread_name_prefix="nmt-worker-pipe")
         self._context = multiprocessing.get_context("spawn")
         self._tasks: set[asyncio.Task] = set()
         self._stopping = False
         self._job_ids = itertools.count()
         self._ready = asyncio.Event()  # set whenever a worker (re)starts
-        self._send = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nmt-worker-send")  # pipes fill up
 
     def start(self) -> None:
         """Spawn every worker; returns at once (`status()` reports loading)."""
@@ -167,8 +160,7 @@ class WorkerPool:
                 w.cpu_kernels, w.fused, w.int8_path = features["cpu_kernels"], features["fused"], features["int8_path"]
                 w.dtype, w.loaded = features["dtype"], features.get("loaded", [])
                 if self.running:
-                    threading.Thread(target=self._read, args=(w, w.conn, asyncio.get_running_loop()),
-                                     name=f"nmt-worker-read-{w.index}", daemon=True).start()
+                    self._background(self._read(w, w.reader, w.writer))
                 else:
                     self._idle.put_nowait(w)
                 self._ready.set()
@@ -181,30 +173,29 @@ class WorkerPool:
 
     async def _spawn(self, w: Worker):
         """Start w's process; returns its first message: ("ready", pid, features) or ("failed", why)."""
-        parent, child = self._context.Pipe()
-        w.conn = parent
+        parent, child = socket.socketpair()
+        w.reader, w.writer = await asyncio.open_unix_connection(sock=parent, limit=STREAM_LIMIT)
         w.process = self._context.Process(
             target=_worker_entry, name=f"nmt-worker-{w.index}", daemon=True,
             args=(child, self.models, w.device, self.dtype, self.threads, self.batch_tokens, self.fault_injection,
                   self.max_loaded, self.shortlist, self.running, self.running_slots, self.running_join,
                   self.running_bytes, self.pipelined_steps, self.nice))
         w.process.start()
-        child.close()  # so that recv sees EOF when the process dies
-        loop = asyncio.get_running_loop()
+        child.close()  # so that a read sees EOF when the process dies
         try:
-            return await asyncio.wait_for(loop.run_in_executor(self._io, receive_message, parent), self.start_timeout_s)
+            return await asyncio.wait_for(read_message(w.reader), self.start_timeout_s)
         except TimeoutError:
             return "failed", f"did not load within {self.start_timeout_s:.0f} s"
         except (EOFError, OSError):
-            await loop.run_in_executor(None, w.process.join, 5)
+            await asyncio.get_running_loop().run_in_executor(None, w.process.join, 5)
             return "failed", f"exited while loading (exit code {w.process.exitcode})"
 
     def _kill(self, w: Worker) -> None:
         if w.process is not None and w.process.pid is not None and w.process.is_alive():
             w.process.kill()
             w.process.join(5)
-        if w.conn is not None:
-            w.conn.close()
+        if w.writer is not None:
+            w.writer.transport.abort()  # what it had not sent yet is for a process that is gone
 
     async def run(self, key: BatchKey, sources: list[list[int]], weights: list[bool],
                   deliver: Callable[[int, Any], None] | None = None) -> list:
@@ -217,15 +208,16 @@ class WorkerPool:
         w.state = "busy"
         start = time.monotonic()
         job_id = next(self._job_ids)
-        call = asyncio.get_running_loop().run_in_executor(self._io, w.roundtrip, ("job", job_id, key, sources, weights))
-        call.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved even if abandoned
+        write_message(w.writer, ("job", job_id, key, sources, weights))
+        answer = asyncio.ensure_future(read_message(w.reader))  # read whole even if this call is cancelled
+        answer.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved even if abandoned
         try:
-            reply = await asyncio.wait_for(asyncio.shield(call), self.batch_timeout_s)
+            reply = await asyncio.wait_for(asyncio.shield(answer), self.batch_timeout_s)
         except (TimeoutError, EOFError, OSError) as e:
             hung = isinstance(e, asyncio.TimeoutError)
             if not hung:  # it is dying: let it, to report its own exit code
                 await asyncio.get_running_loop().run_in_executor(None, w.process.join, 2)
-            self._kill(w)  # a hung worker must go; the pipe thread then sees EOF
+            self._kill(w)  # a hung worker must go
             reason = (f"hung for {self.batch_timeout_s:.0f} s and was killed" if hung
                       else f"exited (exit code {w.process.exitcode})")
             raise self._replace(w, reason) from e
@@ -261,19 +253,20 @@ class WorkerPool:
         w.batches += 1
         acknowledged = False  # a cancelled job stays in flight until the worker says it dropped it
         try:
-            await loop.run_in_executor(self._send, send_message, w.conn, ("job", job_id, key, sources, weights))
+            write_message(w.writer, ("job", job_id, key, sources, weights))
+            await w.writer.drain()  # a worker busy stepping reads it between steps
             return await asyncio.wait_for(asyncio.shield(job.future), self.batch_timeout_s)
         except asyncio.CancelledError:  # nobody waits for it (the scheduler cancels): the worker drops it
             if w.alive and not job.future.done():
                 job.deliver, acknowledged = None, True
-                self._send.submit(send_message, w.conn, ("cancel", job_id))
+                write_message(w.writer, ("cancel", job_id))
             raise
         except TimeoutError:
             if w.jobs.get(job_id) is job and w.alive:  # it has not answered for batch_timeout_s: hung
                 self._kill(w)
                 raise self._fail_all(w, f"hung for {self.batch_timeout_s:.0f} s and was killed") from None
             raise
-        except (EOFError, OSError) as e:  # the pipe broke: its reader thread tells the rest
+        except (EOFError, OSError) as e:  # the socket broke: its reader tells the rest
             raise WorkerError(f"worker {w.index} is gone: {type(e).__name__}") from e
         finally:
             if not acknowledged:
@@ -287,20 +280,18 @@ class WorkerPool:
             if self.on_busy:
                 self.on_busy(w.index, spell)
 
-    def _read(self, w: Worker, conn, loop: asyncio.AbstractEventLoop) -> None:
-        """A worker's reader thread (running batches): its answers to the event loop, until its pipe closes."""
+    async def _read(self, w: Worker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A worker's reader (running batches): its answers, until its socket closes."""
         while True:
             try:
-                reply = receive_message(conn)
+                reply = await read_message(reader)
             except (EOFError, OSError):
-                with contextlib.suppress(RuntimeError):  # the loop is closed: the server is gone
-                    loop.call_soon_threadsafe(self._gone, w, conn)
+                self._gone(w, writer)
                 return
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._answer, w, conn, reply)
+            self._answer(w, writer, reply)
 
-    def _answer(self, w: Worker, conn, reply) -> None:
-        if conn is not w.conn:  # a worker since replaced
+    def _answer(self, w: Worker, writer: asyncio.StreamWriter, reply) -> None:
+        if writer is not w.writer:  # a worker since replaced
             return
         if reply[0] == "items":  # the sentences a running step finished, of any jobs
             for job_id, index, hypotheses in reply[1]:
@@ -325,9 +316,9 @@ class WorkerPool:
         else:
             job.fail(WorkerError(f"worker {w.index}: {reply[2]}"))
 
-    def _gone(self, w: Worker, conn) -> None:
-        """A worker's pipe closed under it (running batches): it died; its jobs fail, it is replaced."""
-        if conn is not w.conn or not w.alive or self._stopping:
+    def _gone(self, w: Worker, writer: asyncio.StreamWriter) -> None:
+        """A worker's socket closed under it (running batches): it died; its jobs fail, it is replaced."""
+        if writer is not w.writer or not w.alive or self._stopping:
             return
         w.state = "restarting"  # no new jobs for it
 
@@ -370,12 +361,9 @@ class WorkerPool:
         started = [w for w in self.workers if w.process is not None and w.process.pid is not None]
         for w in started:
             if w.state == "idle":
-                with contextlib.suppress(OSError):
-                    send_message(w.conn, None)
-        self._send.shutdown(wait=False, cancel_futures=True)
+                write_message(w.writer, None)
         loop = asyncio.get_running_loop()
         await asyncio.gather(*(loop.run_in_executor(None, w.process.join, timeout) for w in started))
         for w in started:
             self._kill(w)
             w.state = "stopped"
-        self._io.shutdown(wait=False, cancel_futures=True)

@@ -1,4 +1,4 @@
-"""The worker process: loads every model on its device, then decodes jobs from its pipe until
+"""The worker process: loads every model on its device, then decodes jobs from its socket until
 told to stop (the server side: app/worker.py). Only this process imports torch.
 
 A job comes as ("job", job id, BatchKey, token ids, weights): the server prepared the texts
@@ -26,7 +26,7 @@ from collections import OrderedDict
 
 import torch
 
-from app.pipe import FAULT_EXIT, FAULT_RAISE, FAULT_SLOW, FAULT_SLOW_S, receive_message, send_message
+from app.pipe import FAULT_EXIT, FAULT_RAISE, FAULT_SLOW, FAULT_SLOW_S, receive, send, waiting
 from model.running import RunningBatches
 from model.translator import Translator
 
@@ -66,7 +66,7 @@ class Translators:
         return translator
 
 
-def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: int, batch_tokens: int,
+def worker_main(sock, models: dict[str, str], device: str, dtype: str, threads: int, batch_tokens: int,
                 fault_injection: bool, max_loaded: int = 0, shortlist: bool = True, running: bool = False,
                 running_slots: int = 64, running_join: tuple[int, int] = (1, 0), running_bytes: int = 0,
                 pipelined_steps: bool = False, nice: int = 0) -> None:
@@ -85,14 +85,14 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
         held = Translators(models, device, dtype, max_loaded, shortlist, pipelined_steps)
         translators = held.loaded
     except Exception as e:
-        send_message(conn, ("failed", f"loading models failed: {type(e).__name__}: {e}"))
+        send(sock, ("failed", f"loading models failed: {type(e).__name__}: {e}"))
         return
     features = {"dtype": next(iter(translators.values())).dtype,
                 "cpu_kernels": any(t.cpu_kernels for t in translators.values()),
                 "fused": any(t.fused for t in translators.values()),
                 "int8_path": next((t.int8_path for t in translators.values() if t.int8_path), None),
                 "loaded": list(translators)}
-    send_message(conn, ("ready", os.getpid(), features))
+    send(sock, ("ready", os.getpid(), features))
     runners: dict[str, RunningBatches] = {}  # model id -> its running batches
 
     def failed(job_id, e: Exception) -> None:
@@ -103,7 +103,7 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
             for each in held.loaded.values():
                 each.release_memory()
             torch.cuda.empty_cache()
-        send_message(conn, ("fatal" if fatal else "error", job_id, f"{type(e).__name__}: {e}"))
+        send(sock, ("fatal" if fatal else "error", job_id, f"{type(e).__name__}: {e}"))
         if fatal:
             os._exit(1)
 
@@ -115,7 +115,7 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
                         | {s.tag for queue in batches.waiting.values() for s in queue if s.tag[0] == job_id})
                 batches.cancel(tags)
                 dropped += len(tags)
-            send_message(conn, ("cancelled", job_id, dropped))
+            send(sock, ("cancelled", job_id, dropped))
             return
         _, job_id, key, sources, weights = message
         try:
@@ -135,14 +135,14 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
         except Exception as e:
             failed(job_id, e)
         else:
-            send_message(conn, ("ok", job_id, results, list(held.loaded)))
+            send(sock, ("ok", job_id, results, list(held.loaded)))
 
     while True:
         busy = any(batches.busy for batches in runners.values())
-        while not busy or conn.poll(0):  # every job waiting; when nothing runs, wait for one
+        while not busy or waiting(sock):  # every job waiting; when nothing runs, wait for one
             try:
-                message = receive_message(conn)
-            except EOFError:  # the server is gone
+                message = receive(sock)
+            except (EOFError, ConnectionError):  # the server is gone
                 message = None
             if message is None:
                 # nothing to flush or save; skipping interpreter teardown (~0.5 s with torch) makes
@@ -158,6 +158,6 @@ def worker_main(conn, models: dict[str, str], device: str, dtype: str, threads: 
                 else:
                     failures.setdefault(job_id, hypotheses)  # one answer per job: its first failure
         if done:  # the step's finished sentences in one message: the server wakes once for all
-            send_message(conn, ("items", done))
+            send(sock, ("items", done))
         for job_id, error in failures.items():
             failed(job_id, error)

@@ -20,7 +20,7 @@ class Translation:
     log_prob: float
     ended_with_eos: bool  # False when the length cap stopped it
     # (layers, heads, target_len, source_len) incl. the EOS step: a float32 torch Tensor from the
-    # Translator, a numpy array once it has crossed the service's worker pipe
+    # Translator, a numpy array once it has crossed the service's worker socket
     attention: Any = None
     target_tokens: list[str] | None = None  # the attention's rows: tokens (+ "</s>" when it ended with EOS)
     # protected spans (placeholders, tags, URLs, ...; model/protect.py), by number: those the output

@@ -180,8 +180,10 @@ class WorkerPool:
             args=(child, self.models, w.device, self.dtype, self.threads, self.batch_tokens, self.fault_injection,
                   self.max_loaded, self.shortlist, self.running, self.running_slots, self.running_join,
                   self.running_bytes, self.pipelined_steps, self.nice))
-        w.process.start()
-        child.close()  # so that a read sees EOF when the process dies
+        try:
+            w.process.start()
+        finally:
+            child.close()  # the worker's copy is its own: ours closed, a read sees EOF when the process dies
         try:
             return await asyncio.wait_for(read_message(w.reader), self.start_timeout_s)
         except TimeoutError:
@@ -288,7 +290,10 @@ class WorkerPool:
             except (EOFError, OSError):
                 self._gone(w, writer)
                 return
-            self._answer(w, writer, reply)
+            try:
+                self._answer(w, writer, reply)
+            except Exception:  # one job's fault (its deliver callback): never the end of reading the others'
+                log.exception("worker %d: handling its answer failed", w.index)
 
     def _answer(self, w: Worker, writer: asyncio.StreamWriter, reply) -> None:
         if writer is not w.writer:  # a worker since replaced

@@ -24,7 +24,6 @@ FAULT_RAISE, FAULT_EXIT, FAULT_SLOW = "boomboom", "crashcrash", "sleepsleep"
 FAULT_SLOW_S = 4.0  # how long FAULT_SLOW holds its worker: well past the tests' request deadline
 
 LENGTH = struct.Struct("!Q")
-STREAM_LIMIT = 1 << 20  # an asyncio end buffers this much of a long message before it waits to be read
 
 
 def frame(message) -> bytes:

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.pipe import STREAM_LIMIT, read_message, write_message
+from app.pipe import read_message, write_message
 from app.scheduler import BatchKey
 
 log = logging.getLogger("uvicorn.error")
@@ -174,7 +174,7 @@ class WorkerPool:
     async def _spawn(self, w: Worker):
         """Start w's process; returns its first message: ("ready", pid, features) or ("failed", why)."""
         parent, child = socket.socketpair()
-        w.reader, w.writer = await asyncio.open_unix_connection(sock=parent, limit=STREAM_LIMIT)
+        w.reader, w.writer = await asyncio.open_unix_connection(sock=parent)
         w.process = self._context.Process(
             target=_worker_entry, name=f"nmt-worker-{w.index}", daemon=True,
             args=(child, self.models, w.device, self.dtype, self.threads, self.batch_tokens, self.fault_injection,

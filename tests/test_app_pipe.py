@@ -10,15 +10,16 @@ import threading
 
 import pytest
 
-from app.pipe import LENGTH, STREAM_LIMIT, read_message, receive, send, waiting, write_message
+from app.pipe import LENGTH, read_message, receive, send, waiting, write_message
 
-LONG = {"weights": bytes(range(256)) * (3 * STREAM_LIMIT // 256 + 7), "text": "Öffnen Sie die Datei."}
+# 3 MiB: many times what an asyncio stream buffers before it pauses reading (64 KiB)
+LONG = {"weights": bytes(range(256)) * (3 * 4096 + 7), "text": "Öffnen Sie die Datei."}
 
 
 def test_both_ends_carry_short_and_long_messages_whole():
     async def main():
         server, worker = socket.socketpair()
-        reader, writer = await asyncio.open_unix_connection(sock=server, limit=STREAM_LIMIT)
+        reader, writer = await asyncio.open_unix_connection(sock=server)
 
         def worker_side():  # echoes what it receives, as a worker answers jobs
             while (message := receive(worker)) is not None:

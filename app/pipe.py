@@ -26,7 +26,7 @@ FAULT_SLOW_S = 4.0  # how long FAULT_SLOW holds its worker: well past the tests'
 LENGTH = struct.Struct("!Q")
 
 
-def frame(message) -> bytes:
+def _frame(message) -> bytes:
     body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     return LENGTH.pack(len(body)) + body
 
@@ -35,7 +35,7 @@ def frame(message) -> bytes:
 
 def write_message(writer: asyncio.StreamWriter, message) -> None:
     """Queue one message; the transport sends it as the socket takes it (await writer.drain() to wait)."""
-    writer.write(frame(message))
+    writer.write(_frame(message))
 
 
 async def read_message(reader: asyncio.StreamReader):

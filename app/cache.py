@@ -13,26 +13,27 @@ replica finds it. NMT_CACHE=false turns it off; /metrics counts hits and misses.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
-import json
 from dataclasses import asdict
 
 import numpy as np
+import orjson
 
 from app.scheduler import BatchKey
 from app.storage import Storage
 from model.pipeline import Decoded
 
-_FIELDS = ("token_ids", "score", "log_prob", "ended_with_eos")
-
 
 def to_bytes(hypotheses: list[Decoded]) -> bytes:
-    return json.dumps([{**{f: getattr(h, f) for f in _FIELDS}, "weights": _array(h.weights)}
-                       for h in hypotheses]).encode()
+    # scores as float.hex: exact, and -inf (an underflowed fp16 hypothesis) has no JSON number
+    return orjson.dumps([{"token_ids": h.token_ids, "score": float(h.score).hex(), "log_prob": float(h.log_prob).hex(),
+                          "ended_with_eos": h.ended_with_eos, "weights": _array(h.weights)} for h in hypotheses])
 
 
 def from_bytes(data: bytes) -> list[Decoded]:
-    return [Decoded(**{f: h[f] for f in _FIELDS}, weights=_from_array(h["weights"])) for h in json.loads(data)]
+    return [Decoded(h["token_ids"], float.fromhex(h["score"]), float.fromhex(h["log_prob"]), h["ended_with_eos"],
+                    _from_array(h["weights"])) for h in orjson.loads(data)]
 
 
 def _array(a: np.ndarray | None) -> list | None:
@@ -47,6 +48,12 @@ def _from_array(stored: list | None) -> np.ndarray | None:
     return np.frombuffer(base64.b64decode(data), dtype=np.float32).reshape(shape)
 
 
+@functools.lru_cache(maxsize=1024)
+def _fields(batch: BatchKey) -> dict:
+    """The batch key's every field (~8 us each time by `asdict`; a service sees few distinct keys)."""
+    return asdict(batch)
+
+
 class TranslationCache:
     def __init__(self, storage: Storage, ttl_s: float, fingerprints: dict[str, str]):
         self.storage, self.ttl_s, self.fingerprints = storage, ttl_s, fingerprints  # model id -> weights' hash
@@ -55,8 +62,8 @@ class TranslationCache:
         """`partition`: whose translations these are (NMT_CACHE_SCOPE); one partition never sees another's.
         Every field of the batch key counts, by construction: an option added there can never be
         served another option's cached translation. `weights`: hypotheses with attention weights."""
-        decided_by = [self.fingerprints[batch.model], dtype, asdict(batch), source, partition, weights]
-        return "cache:" + hashlib.sha256(json.dumps(decided_by).encode()).hexdigest()
+        decided_by = [self.fingerprints[batch.model], dtype, _fields(batch), source, partition, weights]
+        return "cache:" + hashlib.sha256(orjson.dumps(decided_by)).hexdigest()
 
     async def get(self, keys: list[str]) -> list[list[Decoded] | None]:
         found = await self.storage.get_many(keys)

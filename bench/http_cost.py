@@ -4,17 +4,22 @@ process as ASGI on uvicorn's event loop (uvloop where installed), one request at
 process's CPU time (user and system) divided by the requests (the workers' own CPU is theirs, not
 counted).
 
-    .venv/bin/python bench/http_cost.py --model checkpoints/en-de [--requests 1000] [--idle-ms 0,7]
+    .venv/bin/python bench/http_cost.py --model checkpoints/en-de [--requests 1000] [--idle-ms 0,7] [--cache]
     .venv/bin/python bench/http_cost.py --model checkpoints/en-de --profile OUT.prof   # cProfile of the
         # /v1/translate row, then a table of its time by package
 
 Rows: what the middleware and routing cost (a GET /health, and a /v1/translate refused with a 400
 before any work), then one sentence to translate through each API: /v1/translate, LibreTranslate's
 /translate and DeepL's /v2/translate; and /v1/translate's request once more with max_length 2, which
-its worker decodes in about a millisecond. Columns: each request sent back to back, or after the
-process slept a while (as a server between requests that come now and then; a translated sentence's
-request always waits for its worker's decoding): on a VM's vCPU what a request touches may be out of
-the caches by then, and the same request costs several times the CPU. The server under load
+its worker decodes in about a millisecond, and with 32 texts. Without `--cache` the translation
+cache is off (the rows' sentences repeat); with it, as a server runs by default, every text is
+another (a number before each sentence), so each request looks up and stores its sentences, a row
+of one sentence asked again and again shows a hit, and a column counts each row's hits.
+
+Columns: each request sent back to back, or after the process slept a while (as a server between
+requests that come now and then; a translated sentence's request always waits for its worker's
+decoding): on a VM's vCPU what a request touches may be out of the caches by then, and the same
+request costs several times the CPU. The server under load
 (bench/service.py: "CPU ms a request") adds uvicorn's HTTP handling to these.
 
 The profile's times are cProfile's: wall time, each call's share of the profiler's own cost
@@ -29,6 +34,7 @@ import argparse
 import asyncio
 import collections
 import cProfile
+import itertools
 import json
 import os
 import pstats
@@ -68,14 +74,27 @@ async def call(app, method: str, path: str, body: bytes, content_type: str) -> i
     return statuses[0]
 
 
-def requests(sentences: list[str]) -> dict[str, list[tuple[str, str, bytes, str]]]:
-    """Per row, the requests it cycles through: (method, path, body, content type)."""
+def requests(sentences: list[str], unique: int = 0) -> dict[str, list[tuple[str, str, bytes, str]]]:
+    """Per row, the requests it cycles through: (method, path, body, content type). With `unique`,
+    that many of each row's, a number put before every sentence (none twice: each misses the
+    translation cache), and a row that sends one sentence again and again (each but the first a hit)."""
     as_json = "application/json"
+    numbered = itertools.count()
 
-    def each(path: str, body) -> list[tuple[str, str, bytes, str]]:
-        return [("POST", path, json.dumps(body(s)).encode(), as_json) for s in sentences]
+    def each(path: str, body, texts_each: int = 0) -> list[tuple[str, str, bytes, str]]:
+        """Requests of body(a sentence), or with `texts_each` body(a list of that many)."""
+        count = (unique or len(sentences)) * max(texts_each, 1)
+        # the number first: LibreTranslate's and DeepL's APIs cut a text into sentences, each cached alone
+        texts = [f"{next(numbered)} {sentences[i % len(sentences)]}" if unique else sentences[i % len(sentences)]
+                 for i in range(count)]
+        if texts_each:
+            texts = [texts[i:i + texts_each] for i in range(0, count, texts_each)]
+        return [("POST", path, json.dumps(body(t)).encode(), as_json) for t in texts]
 
-    return {
+    hit = {"POST /v1/translate, one sentence again and again (a cache hit)": [
+        ("POST", "/v1/translate", json.dumps({"text": sentences[0], "source": "en", "target": "de"}).encode(),
+         as_json)]} if unique else {}
+    return {**hit,
         "GET /health": [("GET", "/health", b"", as_json)],
         "POST /v1/translate, refused (400)": [("POST", "/v1/translate",
                                                json.dumps({"text": "", "source": "en", "target": "de"}).encode(),
@@ -83,6 +102,8 @@ def requests(sentences: list[str]) -> dict[str, list[tuple[str, str, bytes, str]
         "POST /v1/translate": each("/v1/translate", lambda s: {"text": s, "source": "en", "target": "de"}),
         "POST /v1/translate, max_length 2 (its worker answers in ~1 ms)": each(
             "/v1/translate", lambda s: {"text": s, "source": "en", "target": "de", "max_length": 2}),
+        "POST /v1/translate, 32 texts, max_length 2": each(
+            "/v1/translate", lambda t: {"text": t, "source": "en", "target": "de", "max_length": 2}, texts_each=32),
         "POST /translate (LibreTranslate)": each("/translate", lambda s: {"q": s, "source": "en", "target": "de"}),
         "POST /v2/translate (DeepL)": each("/v2/translate", lambda s: {"text": [s], "source_lang": "EN",
                                                                         "target_lang": "DE"}),
@@ -110,9 +131,9 @@ def by_package(profile: str, count: int) -> None:
     print(f"| all | | {total / count * 1e6:.0f} | |")
 
 
-async def timed(app, cycle: list, count: int, idle_s: float, profile: cProfile.Profile | None):
+async def timed(app, cycle: list, first: int, count: int, idle_s: float, profile: cProfile.Profile | None):
     """CPU seconds a request (this process's, all its threads', user + system) over `count`
-    requests, each sent after `idle_s` asleep, and their statuses."""
+    requests from the `first` of `cycle` on, each sent after `idle_s` asleep, and their statuses."""
     statuses: collections.Counter = collections.Counter()
     cpu = 0.0
     for i in range(count):
@@ -121,7 +142,7 @@ async def timed(app, cycle: list, count: int, idle_s: float, profile: cProfile.P
         before = time.process_time()
         if profile:
             profile.enable()
-        statuses[await call(app, *cycle[i % len(cycle)])] += 1
+        statuses[await call(app, *cycle[(first + i) % len(cycle)])] += 1
         if profile:
             profile.disable()
         cpu += time.process_time() - before
@@ -135,34 +156,44 @@ async def main() -> None:
     p.add_argument("--requests", type=int, default=1000, help="requests timed per row and idle time")
     p.add_argument("--idle-ms", default="0,7",
                    help="comma-separated: each request sent after this long asleep (one column each; 0: back to back)")
+    p.add_argument("--cache", action="store_true", help="the translation cache on, as a server has it by default: "
+                   "no text twice (a number put before each sentence: every request a miss that stores its "
+                   "translation), and a row of one sentence sent again and again (a hit)")
     p.add_argument("--profile", help="write a cProfile of the /v1/translate row (back to back) here, and print it "
                    "by package")
     args = p.parse_args()
     idles = [float(ms) for ms in args.idle_ms.split(",")]
-    # as bench/service.py starts its server: sentences repeat, so no translation cache
-    os.environ.update(NMT_MODEL_DIRS=args.model, NMT_CACHE="false")
+    # without --cache as bench/service.py starts its server: sentences repeat, so no translation cache
+    os.environ.update(NMT_MODEL_DIRS=args.model, NMT_CACHE=str(args.cache).lower())
     from app.main import create_app
 
     app = create_app()
-    rows = requests(load_sentences(args.data, 100_000))
+    # with the cache, every request of a row is another text (its warm-up's too)
+    rows = requests(load_sentences(args.data, 100_000), unique=args.requests * len(idles) + 50 if args.cache else 0)
     async with app.router.lifespan_context(app):
         print(f"{args.requests} requests a cell, one at a time, {args.model}; this process's CPU (user + system) a "
               "request, in us, by how long it slept before each")
         print("| request | status | " + " | ".join("back to back" if not ms else f"after {ms:g} ms asleep"
-                                                   for ms in idles) + " |")
-        print("|---|---:|" + "---:|" * len(idles))
+                                                   for ms in idles) + " |" + " cache hits / lookups |" * args.cache)
+        print("|---|---:|" + "---:|" * (len(idles) + args.cache))
+        registry = app.state.service.metrics.registry
+        lookups = lambda result: registry.get_sample_value("nmt_cache_lookups_total", {"result": result}) or 0  # noqa: E731
         for row, cycle in rows.items():
             for i in range(min(50, args.requests)):  # warm: first calls, the workers' first batches
                 await call(app, *cycle[i % len(cycle)])
+            hits, misses = lookups("hit"), lookups("miss")
             cells, statuses = [], collections.Counter()
-            for ms in idles:
+            for column, ms in enumerate(idles):
                 profile = (cProfile.Profile() if args.profile and row == "POST /v1/translate" and ms == idles[0]
                            else None)
-                cpu, found = await timed(app, cycle, args.requests, ms / 1000, profile)
+                cpu, found = await timed(app, cycle, 50 + column * args.requests, args.requests, ms / 1000, profile)
                 cells.append(f"{cpu * 1e6:.0f}")
                 statuses.update(found)
                 if profile:
                     profile.dump_stats(args.profile)
+            if args.cache:  # what the timed requests found in the cache
+                hits, misses = lookups("hit") - hits, lookups("miss") - misses
+                cells.append(f"{hits:.0f} / {hits + misses:.0f}")
             status = ", ".join(f"{code} x{n}" if len(statuses) > 1 else str(code) for code, n in statuses.items())
             print(f"| {row} | {status} | " + " | ".join(cells) + " |")
     if args.profile:

@@ -4,7 +4,8 @@ of one request (`glossary`, `glossary_id`, `do_not_translate` in /translate, /tr
 
 A stored glossary belongs to the API key that created it (its SHA-256; "" for clients without a
 key) and is seen by no other key. It lives where the API keys live: the SQLite file NMT_KEYS_DB,
-or with NMT_REDIS_URL the Redis hash `nmt:glossaries`, so every replica sees it.
+or with NMT_REDIS_URL a Redis hash of its key's own (`nmt:glossaries:<SHA-256 or "anyone">`), so
+every replica sees it and listing one key's reads no other key's.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ SCHEMA = """CREATE TABLE IF NOT EXISTS glossaries (
     owner TEXT NOT NULL,
     record TEXT NOT NULL,
     created REAL NOT NULL
-)"""
+);
+CREATE INDEX IF NOT EXISTS glossaries_by_owner ON glossaries (owner, created)"""
 
 
 @dataclass
@@ -169,7 +171,7 @@ class GlossaryStore:
         if self._db is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
-            self._db.execute(SCHEMA)
+            self._db.executescript(SCHEMA)
             self._db.commit()
         return self._db
 
@@ -212,33 +214,56 @@ class GlossaryStore:
 
 
 class RedisGlossaryStore:
-    """The same glossaries in the Redis hash `nmt:glossaries` (field: the id), no TTL."""
+    """The same glossaries in Redis, no TTL: a hash per owner (field: the id), so that listing a
+    key's glossaries reads that key's alone (at most NMT_MAX_GLOSSARY_BYTES_PER_KEY), never every
+    key's. Glossaries stored in the one hash `nmt:glossaries` before are moved to their owners'
+    hashes by the first call that reaches Redis."""
 
-    HASH = "nmt:glossaries"
+    LEGACY_HASH = "nmt:glossaries"
 
     def __init__(self, url: str):
         from app.keys import RedisKeyStore
 
         self.keys = RedisKeyStore(url)  # its client and its error handling
+        self._legacy_moved = False
+
+    @staticmethod
+    def _name(owner: str) -> str:
+        """The owner's hash (owner: a SHA-256 in hex, or "" where no keys are in force)."""
+        return f"nmt:glossaries:{owner or 'anyone'}"
+
+    def _hash(self, owner: str) -> str:
+        if not self._legacy_moved:
+            self._move_legacy()
+        return self._name(owner)
+
+    def _move_legacy(self) -> None:
+        client, call = self.keys.client, self.keys._call
+        cursor = None
+        while cursor != 0:
+            cursor, found = call(client.hscan, self.LEGACY_HASH, cursor or 0, None, 100)
+            for glossary_id, record in found.items():
+                call(client.hset, self._name(json.loads(record)["owner"]), glossary_id, record)
+                call(client.hdel, self.LEGACY_HASH, glossary_id)
+        self._legacy_moved = True
 
     def put(self, glossary: Glossary) -> None:
-        self.keys._call(self.keys.client.hset, self.HASH, glossary.glossary_id, _record(glossary))
+        self.keys._call(self.keys.client.hset, self._hash(glossary.owner), glossary.glossary_id, _record(glossary))
 
     def get(self, glossary_id: str, owner: str) -> Glossary | None:
         if not ours(glossary_id):
             return None
-        found = self.keys._call(self.keys.client.hget, self.HASH, glossary_id)
-        glossary = Glossary(**json.loads(found)) if found else None
-        return glossary if glossary and glossary.owner == owner else None
+        found = self.keys._call(self.keys.client.hget, self._hash(owner), glossary_id)
+        return Glossary(**json.loads(found)) if found else None
 
     def list(self, owner: str) -> list[Glossary]:
-        everything = [Glossary(**json.loads(v)) for v in self.keys._call(self.keys.client.hvals, self.HASH)]
-        return sorted((g for g in everything if g.owner == owner), key=lambda g: g.creation_time)
+        stored = self.keys._call(self.keys.client.hvals, self._hash(owner))
+        return sorted((Glossary(**json.loads(v)) for v in stored), key=lambda g: g.creation_time)
 
     def delete(self, glossary_id: str, owner: str) -> bool:
-        if self.get(glossary_id, owner) is None:
+        if not ours(glossary_id):
             return False
-        return self.keys._call(self.keys.client.hdel, self.HASH, glossary_id) > 0
+        return self.keys._call(self.keys.client.hdel, self._hash(owner), glossary_id) > 0
 
     def close(self) -> None:
         self.keys.close()

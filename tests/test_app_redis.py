@@ -132,6 +132,33 @@ def test_batched_reads_and_writes_in_one_round_trip(redis):
     assert asyncio.run(both()) == [b"22", None, b"1", None]  # over its kind's budget: not stored
 
 
+def test_glossaries_in_a_hash_per_key_those_of_the_one_hash_moved_there(redis):
+    """Listing one key's glossaries reads that key's hash alone (another key's, here broken,
+    is never read: it could hold every other key's megabytes), and glossaries that an earlier
+    version kept in the one hash `nmt:glossaries` are moved to their keys' hashes, none lost."""
+    import redis as redis_client
+
+    from app.glossaries import RedisGlossaryStore, _record, new_glossary, owner_of
+
+    client = redis_client.from_url(redis.url)
+    alice, bob = owner_of("alice"), owner_of("bob")
+    old = [new_glossary(f"old {i}", "en", "de", {"file": f"Akte {i}"}, owner) for i, owner in
+           enumerate([alice, bob, alice, ""])]
+    client.hset("nmt:glossaries", mapping={g.glossary_id: _record(g) for g in old})
+    store = RedisGlossaryStore(redis.url)
+    assert [g.name for g in store.list(alice)] == ["old 0", "old 2"] and not client.exists("nmt:glossaries")
+    assert [g.entries for g in store.list("")] == [{"file": "Akte 3"}]
+    assert store.get(old[1].glossary_id, bob).entries == {"file": "Akte 1"}
+    assert store.get(old[1].glossary_id, alice) is None and not store.delete(old[1].glossary_id, alice)
+    new = new_glossary("new", "en", "de", {"save": "sichern"}, alice)
+    store.put(new)
+    client.hset(f"nmt:glossaries:{bob}", "broken", "not JSON")
+    assert [g.name for g in store.list(alice)] == ["old 0", "old 2", "new"]
+    assert store.delete(new.glossary_id, alice) and store.get(new.glossary_id, alice) is None
+    assert set(client.hkeys(f"nmt:glossaries:{alice}")) == {old[0].glossary_id.encode(), old[2].glossary_id.encode()}
+    store.close()
+
+
 def test_redis_stopped_and_restarted_mid_test(replicas, redis):
     a, b = replicas
     made = httpx.post(f"{a}/v1/translate", json={"text": "Close the window.", "source": "en", "target": "de",

@@ -134,7 +134,10 @@ class KeyStore:
         return [ApiKey(*row) for row in rows]
 
     def __bool__(self) -> bool:
-        return bool(self.all())
+        """Whether any key is stored (asked on every DeepL call: one row read, not every key's)."""
+        with self._lock:
+            db = self._connect(create=False)
+            return db is not None and db.execute("SELECT 1 FROM api_key_digests LIMIT 1").fetchone() is not None
 
     def close(self) -> None:
         with self._lock:

@@ -91,9 +91,9 @@ def test_memory_storage_drops_what_expired_as_the_next_entry_comes_and_only_that
 
 def test_key_store_round_trip(tmp_path):
     store = KeyStore(tmp_path / "keys.db")
-    assert store.lookup("nope") is None and not (tmp_path / "keys.db").exists()  # reading creates nothing
+    assert store.lookup("nope") is None and not store and not (tmp_path / "keys.db").exists()  # reading creates nothing
     key, record = store.add(10, char_limit=50)
-    assert store.lookup(key) == record and len(key) >= 32
+    assert store.lookup(key) == record and len(key) >= 32 and store
     assert store.add(0, "mine", char_limit=0)[1].char_limit is None  # 0: the server's
     assert store.lookup("mine").req_limit == 0
     store.add(7, "mine")  # replaced
@@ -106,6 +106,7 @@ def test_key_store_round_trip(tmp_path):
         key.encode()).hexdigest()
     with pytest.raises(ValueError):
         store.add(-1)
+    assert store.remove(key) and not store  # the last one gone: no keys in force
 
 
 def test_nmt_keys_cli(tmp_path):

@@ -1,13 +1,23 @@
-"""What a put into the in-process store costs (app/storage.py MemoryStorage), as the translation
-cache fills its byte budget and then evicts: each put timed alone, on an event loop as the server
-calls it. A put that holds the loop for milliseconds holds every request in flight with it.
+"""What the server's calls into its stores cost as the stored state grows: a call whose cost
+follows everything stored, not its own request, is a slow leak of capacity and, on the event loop,
+a stall of every request in flight.
 
-    .venv/bin/python bench/storage.py [--tree DIR] [--budget-mib 64] [--value-bytes 250] [--after 100000]
+    .venv/bin/python bench/storage.py [--tree DIR] [--budget-mib 64] [--value-bytes 250] [--after 100000] \
+        [--keys 100000] [--glossary-owners 20]
 
-Rows: the puts that fill the budget (a sentence's cached hypotheses without attention weights are
-~250 bytes, here 125-375 at random as sentences vary: a 64 MiB cache holds ~270,000), then
-`--after` puts more, each evicting the least recently used. `--tree` imports app/ from another
-checkout (a worktree of an older commit), to compare side by side.
+First table, the in-process store (app/storage.py MemoryStorage) as the translation cache fills its
+byte budget and then evicts, each put timed alone on an event loop as the server calls it: the
+puts that fill the budget (a sentence's cached hypotheses without attention weights are ~250
+bytes, here 125-375 at random as sentences vary: a 64 MiB cache holds ~270,000), then `--after`
+puts more, each evicting the least recently used.
+
+Second table, what one call reads beside others' state: whether any API key is stored (asked on
+every DeepL call) with `--keys` keys in the SQLite key store; and one key's glossaries listed
+(also on every glossary created, for its quota) with `--glossary-owners` other keys' 5 MB
+glossaries in a redis-server started here (skipped without one).
+
+`--tree` imports app/ from another checkout (a worktree of an older commit), to compare side by
+side.
 """
 
 from __future__ import annotations
@@ -15,7 +25,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import resource
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,16 +41,7 @@ def row(name: str, seconds: list[float]) -> str:
             f"{at(0.999) * 1e6:.0f} | {ordered[-1] * 1e3:.1f} | {sum(s > 1e-3 for s in seconds):,} |")
 
 
-async def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1],
-                   help="the checkout whose app/storage.py is measured")
-    p.add_argument("--budget-mib", type=float, default=64, help="the kind's byte budget (NMT_CACHE_BYTES: 64 MiB)")
-    p.add_argument("--value-bytes", type=int, default=250, help="mean bytes of a stored value (each one half to "
-                   "one and a half times that)")
-    p.add_argument("--after", type=int, default=100_000, help="puts timed once the budget is full")
-    args = p.parse_args()
-    sys.path.insert(0, str(args.tree))
+async def memory_puts(args) -> None:
     from app.storage import MemoryStorage
 
     budget = int(args.budget_mib * 2**20)
@@ -50,12 +55,92 @@ async def main() -> None:
         await storage.put(f"cache:{i:064x}", value, 86400.0)  # a sha256 hex key, NMT_CACHE_TTL_S
         seconds.append(time.perf_counter() - start)
     print(f"{args.tree}: puts of {args.value_bytes // 2}-{args.value_bytes * 3 // 2}-byte values into a "
-          f"{args.budget_mib:g} MiB kind "
-          f"({storage.count('cache'):,} entries when full)")
+          f"{args.budget_mib:g} MiB kind ({storage.count('cache'):,} entries when full)")
     print("| puts | count | mean us | p50 us | p99.9 us | max ms | over 1 ms |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     print(row("filling the budget", seconds[:filling]))
     print(row("full: each evicts the least recently used", seconds[filling:]))
+
+
+def timed(call, repeat: int) -> tuple[float, float]:
+    """Mean seconds of call(), and how much the process's peak memory grew meanwhile (MiB)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    for _ in range(repeat):
+        call()
+    seconds = (time.perf_counter() - start) / repeat
+    return seconds, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak) / 1024
+
+
+def any_key_stored(keys: int, directory: Path) -> tuple[float, float]:
+    from app.keys import KeyStore
+
+    store = KeyStore(directory / "keys.db")
+    store.add(10)
+    db = store._connect(create=True)  # the rest written at once (`add` commits each)
+    db.executemany("INSERT INTO api_key_digests VALUES (?, ?, ?, ?, ?)",
+                   [(f"{i:064x}", "hint", 10, None, float(i)) for i in range(keys - 1)])
+    db.commit()
+    return timed(lambda: bool(store), 20)
+
+
+def glossaries_listed(owners: int, directory: Path) -> tuple[float, float] | None:
+    if shutil.which("redis-server") is None:
+        return None
+    import socket
+
+    from app.glossaries import RedisGlossaryStore, new_glossary, owner_of
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "no", "--dir", str(directory)], stdout=subprocess.DEVNULL)
+    try:
+        store = RedisGlossaryStore(f"redis://127.0.0.1:{port}/0")
+        for _ in range(100):
+            try:
+                store.keys.client.ping()
+                break
+            except Exception:
+                time.sleep(0.05)
+        entries = {f"term{i:05d} " + "x" * 900: "y" * 100 for i in range(5000)}  # ~5 MB, the most entries
+        for k in range(owners):
+            store.put(new_glossary("big", "en", "de", entries, owner_of(f"key{k}")))
+        store.put(new_glossary("small", "en", "de", {"file": "Akte"}, owner_of("me")))
+        found = timed(lambda: store.list(owner_of("me")), 3)
+        store.close()
+        return found
+    finally:
+        server.terminate()
+        server.wait(20)
+
+
+async def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1],
+                   help="the checkout whose app/ is measured")
+    p.add_argument("--budget-mib", type=float, default=64, help="the kind's byte budget (NMT_CACHE_BYTES: 64 MiB)")
+    p.add_argument("--value-bytes", type=int, default=250, help="mean bytes of a stored value (each one half to "
+                   "one and a half times that)")
+    p.add_argument("--after", type=int, default=100_000, help="puts timed once the budget is full")
+    p.add_argument("--keys", type=int, default=100_000, help="API keys in the SQLite key store")
+    p.add_argument("--glossary-owners", type=int, default=20, help="other keys with a 5 MB glossary each (Redis)")
+    args = p.parse_args()
+    sys.path.insert(0, str(args.tree))
+
+    await memory_puts(args)
+    with tempfile.TemporaryDirectory() as tmp:
+        print(f"\n{args.tree}: one call beside others' stored state")
+        print("| call | beside | ms a call | peak memory grew, MiB |")
+        print("|---|---|---:|---:|")
+        seconds, grew = any_key_stored(args.keys, Path(tmp))
+        print(f"| is any API key stored (every DeepL call) | {args.keys:,} keys in SQLite | {seconds * 1e3:.2f} | "
+              f"{grew:.0f} |")
+        listed = glossaries_listed(args.glossary_owners, Path(tmp))
+        beside = f"{args.glossary_owners} keys' 5 MB glossaries in Redis"
+        print(f"| one key's glossaries listed | {beside} | "
+              + ("no redis-server | |" if listed is None else f"{listed[0] * 1e3:.1f} | {listed[1]:.0f} |"))
 
 
 if __name__ == "__main__":

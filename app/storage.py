@@ -19,7 +19,6 @@ When the store cannot be reached, the calls raise StorageUnavailable: what needs
 
 from __future__ import annotations
 
-import heapq
 import re
 import time
 from collections import OrderedDict
@@ -92,15 +91,16 @@ def kind(key: str) -> str:
 class MemoryStorage:
     """This process's memory: per kind of key, an LRU bounded by `budgets[kind]` bytes and
     `max_items[kind]` entries (a kind without them is unbounded: counters, whose keys expire
-    within two minutes). What expired goes as the next put or new counter of its kind comes: each
-    entry's (expiry, key) waits on a heap, so that only what expired is looked at, never the whole
-    kind (a 64 MiB cache holds a few hundred thousand entries)."""
+    within two minutes). The next put or new counter of a kind drops its least recently used
+    entries while they have expired, and stops at the first that has not: never a walk over the
+    whole kind (a 64 MiB cache holds a few hundred thousand entries). An expired entry that was
+    used more recently than a live one waits for its turn, a get (which finds it expired) or the
+    budget; counters are never moved by use, so they go in the order they were made."""
 
     def __init__(self, budgets: dict[str, int] | None = None, clock=time.monotonic,
                  max_items: dict[str, int] | None = None):
         self.budgets, self.clock, self.max_items = budgets or {}, clock, max_items or {}
         self._values: dict[str, OrderedDict[str, tuple[bytes | int, float]]] = {}  # kind -> key -> (value, expiry)
-        self._expiries: dict[str, list[tuple[float, str]]] = {}  # kind -> heap of (expiry, key)
         self.bytes: dict[str, int] = {}
 
     def _entries(self, key: str) -> OrderedDict:
@@ -111,23 +111,14 @@ class MemoryStorage:
         if isinstance(value, bytes):
             self.bytes[kind(key)] -= len(value)
 
-    def _expire(self, kind_: str) -> None:
-        """Drop the kind's entries whose time is up. A pair on the heap whose key was stored again,
-        evicted or found expired since no longer matches its entry, and is skipped."""
-        heap, entries, now = self._expiries.get(kind_), self._values.get(kind_), self.clock()
-        while heap and heap[0][0] <= now:
-            expiry, key = heapq.heappop(heap)
-            found = entries.get(key)
-            if found is not None and found[1] == expiry:
-                self._drop(entries, key)
-
-    def _set(self, entries: OrderedDict, key: str, value: bytes | int, expiry: float) -> None:
-        entries[key] = (value, expiry)
-        heap = self._expiries.setdefault(kind(key), [])
-        heapq.heappush(heap, (expiry, key))
-        if len(heap) > 2 * len(entries) + 64:  # mostly pairs that no longer match: rebuilt, once per ~n puts
-            heap[:] = [(e, k) for k, (_, e) in entries.items()]
-            heapq.heapify(heap)
+    def _expire(self, entries: OrderedDict) -> None:
+        """Drop the least recently used entries while their time is up."""
+        now = self.clock()
+        while entries:
+            key, (_, expiry) = next(iter(entries.items()))
+            if expiry > now:
+                return
+            self._drop(entries, key)
 
     async def get(self, key: str) -> bytes | None:
         entries = self._entries(key)
@@ -150,8 +141,8 @@ class MemoryStorage:
         entries = self._entries(key)
         if key in entries:
             self._drop(entries, key)
-        self._expire(kind(key))
-        self._set(entries, key, value, self.clock() + ttl_s)
+        self._expire(entries)
+        entries[key] = (value, self.clock() + ttl_s)
         self.bytes[kind(key)] = self.bytes.get(kind(key), 0) + len(value)
         while (budget is not None and self.bytes[kind(key)] > budget) or (most is not None and len(entries) > most):
             self._drop(entries, next(iter(entries)))
@@ -167,12 +158,14 @@ class MemoryStorage:
         if expiry > self.clock():
             entries[key] = (value + amount, expiry)
             return value + amount
-        self._expire(kind(key))  # a new counter
-        self._set(entries, key, amount, self.clock() + ttl_s)
+        self._expire(entries)  # a new counter
+        entries.pop(key, None)  # (an expired one: the new count goes last)
+        entries[key] = (amount, self.clock() + ttl_s)
         return amount
 
     def count(self, kind_: str) -> int:
-        self._expire(kind_)
+        if kind_ in self._values:
+            self._expire(self._values[kind_])
         return len(self._values.get(kind_, ()))
 
     async def check(self) -> None:

@@ -225,6 +225,7 @@ def test_frontend_settings_suggest_and_spec(client):
     settings = client.get("/frontend/settings").json()
     assert settings["charLimit"] == 5000 and settings["suggestions"] is True and settings["filesTranslation"] is True
     assert settings["supportedFilesFormat"] == documents.extensions() and settings["keyRequired"] is False
+    assert settings["apiKeys"] is False  # none configured, none stored
     assert settings["language"] == {"source": {"code": "auto", "name": "Auto Detect"},
                                     "target": {"code": "de", "name": "German"}}
     r = client.post("/suggest", data={"q": "Hello", "s": "Hallo", "source": "en", "target": "de"})

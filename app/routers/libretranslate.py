@@ -122,9 +122,11 @@ async def frontend_settings(service: ServiceDep):
     sources = service.registry.sources()
     targets = [t for source in sources for t in service.registry.targets(source)]
     target = targets[0] if targets else sources[0]
+    # the key store is SQLite or Redis: off the event loop (a locked file or an unreachable Redis waits seconds)
+    keys_stored = bool(s.api_keys) or await asyncio.to_thread(bool, service.keys)
     return LTFrontendSettings(
         charLimit=min(s.char_limit or s.max_chars, s.max_chars), frontendTimeout=500,
-        apiKeys=bool(s.api_keys) or bool(service.keys), keyRequired=s.require_api_key or bool(s.api_keys),
+        apiKeys=keys_stored, keyRequired=s.require_api_key or bool(s.api_keys),
         suggestions=s.suggestions, filesTranslation=s.files_translation,
         supportedFilesFormat=documents.extensions() if s.files_translation else [],
         language=LTFrontendLanguages(source=LTLanguageRef(code="auto", name="Auto Detect"),

@@ -161,7 +161,7 @@ class Service:
         self.cache: TranslationCache | None = None  # made in start(), with the models' fingerprints
         self.keys = open_keys(settings.keys_db, settings.redis_url)
         self.glossaries = open_glossaries(settings.keys_db, settings.redis_url)
-        self.suggestions = SuggestionStore(settings.suggestions_db)
+        self.suggestions = SuggestionStore(settings.suggestions_db, settings.suggestions_max_bytes)
         self.registry: Registry | None = None
         self.engine: Engine | RemoteEngine | None = None  # the scheduler and workers (app/engine.py)
         self.started = False

@@ -177,6 +177,9 @@ class Settings(BaseSettings):
                                       "then); the addresses left of it are the client's to write.")
     suggestions: bool = Field(False, description="Accept POST /suggest (stored in NMT_SUGGESTIONS_DB).")
     suggestions_db: str = Field("db/suggestions.db", description="SQLite file of the suggestions.")
+    suggestions_max_bytes: int = Field(64 * 2**20, ge=0, description="Most bytes of suggested texts the file keeps "
+                                       "(UTF-8; 0: no limit); past it POST /suggest answers 507 until the operator "
+                                       "reads and clears the file.")
     files_translation: bool = Field(True, description="Offer POST /translate_file.")
     file_ttl_s: float = Field(1800.0, gt=0, description="Seconds a translated file can be downloaded.")
     file_store_bytes: int = Field(256 * 2**20, ge=0, description="Most bytes of translated files kept at once (the "

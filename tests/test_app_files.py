@@ -241,3 +241,30 @@ def test_suggestions_are_off_by_default(tiny_checkpoint):
     with ready_client(Settings(model_dirs=[str(tiny_checkpoint)], workers=1, threads_per_worker=1)) as c:
         r = c.post("/suggest", json={"q": "a", "s": "b", "source": "en", "target": "de"})
         assert r.status_code == 403 and r.json()["error"] == "Suggestions are disabled on this server."
+
+
+def test_the_suggestions_file_holds_at_most_its_bytes(tmp_path):
+    """Past NMT_SUGGESTIONS_MAX_BYTES a suggestion is refused (507 through the API), counting what
+    the file held when it was opened, so that clients cannot fill the disk."""
+    from app.suggestions import SuggestionsFull, SuggestionStore
+
+    path = tmp_path / "suggestions.db"
+    store = SuggestionStore(path, max_bytes=40)
+    store.add("Hello", "Hallo", "en", "de")  # 14 bytes
+    store.add("Grüße", "Greetings", "de", "en")  # 6 + 9 + 4 = 19: 33 in all
+    with pytest.raises(SuggestionsFull, match="NMT_SUGGESTIONS_MAX_BYTES"):
+        store.add("Bye", "Tschüss", "en", "de")  # 3 + 8 + 4 = 15: 48
+    assert SuggestionStore(path, max_bytes=0).all() == [("Hello", "Hallo", "en", "de"), ("Grüße", "Greetings", "de", "en")]
+    reopened = SuggestionStore(path, max_bytes=40)  # counts the file's 33 bytes when it opens it
+    with pytest.raises(SuggestionsFull):
+        reopened.add("Bye", "Tschüss", "en", "de")
+    reopened.add("a", "b", "en", "de")  # 6: 39
+
+
+def test_a_full_suggestions_file_answers_507(tiny_checkpoint, tmp_path):
+    settings = Settings(model_dirs=[str(tiny_checkpoint)], workers=1, threads_per_worker=1, suggestions=True,
+                        suggestions_db=str(tmp_path / "s.db"), suggestions_max_bytes=20)
+    with ready_client(settings) as c:
+        assert c.post("/suggest", json={"q": "Hello", "s": "Hallo", "source": "en", "target": "de"}).status_code == 200
+        r = c.post("/suggest", json={"q": "Hello", "s": "Hallo", "source": "en", "target": "de"})
+        assert r.status_code == 507 and "NMT_SUGGESTIONS_MAX_BYTES" in r.json()["error"]

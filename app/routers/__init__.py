@@ -20,6 +20,7 @@ _MEANINGS = {
          "many items are waiting; retry later.",
     503: "A worker failed on this request, or the server is shutting down; retry.",
     504: "The request's deadline passed.",
+    507: "The server's store for what this call keeps is full (NMT_SUGGESTIONS_MAX_BYTES); its operator clears it.",
 }
 
 

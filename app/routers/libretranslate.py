@@ -41,6 +41,7 @@ from app.protocol import (
 )
 from app.registry import reported_code
 from app.routers import ServiceDep, errors
+from app.suggestions import SuggestionsFull
 
 router = APIRouter(tags=["libretranslate"])
 
@@ -134,7 +135,7 @@ async def frontend_settings(service: ServiceDep):
                                                           name=service.registry.name(target))))
 
 
-@router.post("/suggest", response_model=LTSuggestResponse, responses=errors(400, 403, 429),
+@router.post("/suggest", response_model=LTSuggestResponse, responses=errors(400, 403, 429, 507),
              summary="Suggest a better translation (LibreTranslate-compatible)",
              openapi_extra=request_body(LTSuggestRequest))
 async def suggest(request: Request, service: ServiceDep):
@@ -146,7 +147,10 @@ async def suggest(request: Request, service: ServiceDep):
     [q] = service.accept_texts([body.q], "q", char_limit=char_limit)
     [s] = service.accept_texts([body.s], "s", char_limit=char_limit)
     service.resolve(body.source, body.target)  # a pair this server translates
-    await asyncio.to_thread(service.suggestions.add, q, s, body.source, body.target)
+    try:
+        await asyncio.to_thread(service.suggestions.add, q, s, body.source, body.target)
+    except SuggestionsFull as e:
+        raise ApiError(507, str(e)) from None
     return LTSuggestResponse(success=True)
 
 

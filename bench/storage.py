@@ -28,7 +28,6 @@ import gc
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -98,26 +97,15 @@ def any_key_stored(keys: int, directory: Path) -> tuple[float, float]:
     return timed(lambda: bool(store), 20)
 
 
-def glossaries_listed(owners: int, directory: Path) -> tuple[float, float] | None:
+def glossaries_listed(owners: int) -> tuple[float, float] | None:
     if shutil.which("redis-server") is None:
         return None
-    import socket
-
     from app.glossaries import RedisGlossaryStore, new_glossary, owner_of
+    from bench.service import start_redis
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                               "--appendonly", "no", "--dir", str(directory)], stdout=subprocess.DEVNULL)
+    server, url = start_redis()
     try:
-        store = RedisGlossaryStore(f"redis://127.0.0.1:{port}/0")
-        for _ in range(100):
-            try:
-                store.keys.client.ping()
-                break
-            except Exception:
-                time.sleep(0.05)
+        store = RedisGlossaryStore(url)
         entries = {f"term{i:05d} " + "x" * 900: "y" * 100 for i in range(5000)}  # ~5 MB, the most entries
         for k in range(owners):
             store.put(new_glossary("big", "en", "de", entries, owner_of(f"key{k}")))
@@ -141,12 +129,13 @@ async def main() -> None:
     p.add_argument("--keys", type=int, default=100_000, help="API keys in the SQLite key store")
     p.add_argument("--glossary-owners", type=int, default=20, help="other keys with a 5 MB glossary each (Redis)")
     args = p.parse_args()
-    sys.path.insert(0, str(args.tree))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/ (its start_redis)
+    sys.path.insert(0, str(args.tree))  # first: app/ comes from the tree measured
 
     await memory_puts(args)
     with tempfile.TemporaryDirectory() as tmp:
         any_key = any_key_stored(args.keys, Path(tmp))
-        listed = glossaries_listed(args.glossary_owners, Path(tmp))
+    listed = glossaries_listed(args.glossary_owners)
     print(f"\n{args.tree}: one call beside others' stored state")
     print("| call | beside | ms a call | MiB one call held |")
     print("|---|---|---:|---:|")
@@ -155,6 +144,7 @@ async def main() -> None:
     beside = f"{args.glossary_owners} keys' 5 MB glossaries in Redis"
     print(f"| one key's glossaries listed | {beside} | "
           + ("no redis-server | |" if listed is None else f"{listed[0] * 1e3:.1f} | {listed[1]:.1f} |"))
+
 
 if __name__ == "__main__":
     asyncio.run(main())
